@@ -1,0 +1,109 @@
+#include "core/discovery.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cstdio>
+#include <cstring>
+#include <regex>
+
+#include "core/system.h"
+
+namespace gpuscope {
+
+Discovery::Discovery(Wanted wanted, std::vector<pid_t> pids) : wanted_(std::move(wanted)), pids_(std::move(pids)) {}
+
+bool Discovery::looks_like_cuda_library(std::string_view b) {
+  auto starts = [&](std::string_view p) {
+    return b.size() >= p.size() && b.substr(0, p.size()) == p &&
+           (b.size() == p.size() || b[p.size()] == '.');
+  };
+  return starts("libcudart.so") || starts("libcuda.so");
+}
+
+std::vector<Discovery::Mapping> Discovery::exec_mappings(pid_t pid) {
+  std::vector<Mapping> out;
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "re");
+  if (!f) return out;
+  char line[4352];
+  while (fgets(line, sizeof line, f)) {
+    // start-end perms offset major:minor inode path
+    char perms[8];
+    unsigned maj, min;
+    unsigned long ino;
+    int path_at = 0;
+    if (sscanf(line, "%*x-%*x %7s %*x %x:%x %lu %n", perms, &maj, &min, &ino, &path_at) < 4) continue;
+    if (perms[2] != 'x' || ino == 0 || line[path_at] != '/') continue;
+    std::string path(line + path_at);
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
+    out.push_back({std::move(path), makedev(maj, min), static_cast<ino_t>(ino)});
+  }
+  fclose(f);
+  return out;
+}
+
+std::optional<CudaObject> Discovery::consider(const std::string& path, const std::string& open_path, pid_t pid) {
+  struct stat st;
+  if (stat(open_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (!seen_.insert({st.st_dev, st.st_ino}).second) return std::nullopt;
+  std::shared_ptr<const ElfSymbols> syms;
+  try {
+    syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(open_path, wanted_));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (syms->all().empty()) return std::nullopt;
+  return CudaObject{st.st_dev, st.st_ino, path, open_path, pid, std::move(syms)};
+}
+
+std::vector<CudaObject> Discovery::scan_processes() {
+  std::vector<CudaObject> found;
+  auto pids = pids_.empty() ? list_pids() : pids_;
+  const pid_t self = getpid();
+  for (pid_t pid : pids) {
+    if (pid == self) continue;
+    for (auto& m : exec_mappings(pid)) {
+      // The maps line already names the inode: skip known files without a stat.
+      if (seen_.count({m.dev, m.ino})) continue;
+      auto obj = consider(m.path, "/proc/" + std::to_string(pid) + "/root" + m.path, pid);
+      if (obj) found.push_back(std::move(*obj));
+    }
+  }
+  return found;
+}
+
+std::vector<CudaObject> Discovery::scan_ld_cache() {
+  std::vector<CudaObject> found;
+  FILE* p = popen("ldconfig -p 2>/dev/null", "re");
+  if (!p) return found;
+  char line[4096];
+  static const std::regex re(R"(^\s*(\S+) \(([^)]*)\) => (\S+))");
+  while (fgets(line, sizeof line, p)) {
+    std::cmatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    if (!looks_like_cuda_library(m[1].str()) || m[2].str().find("x86-64") == std::string::npos) continue;
+    auto obj = consider(m[3].str(), m[3].str(), 0);
+    if (obj) found.push_back(std::move(*obj));
+  }
+  pclose(p);
+  return found;
+}
+
+CudaObject Discovery::add_path(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw UsageError("--lib " + path + ": " + strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw UsageError("--lib " + path + ": not a regular file");
+  std::shared_ptr<const ElfSymbols> syms;
+  try {
+    syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(path, wanted_));
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--lib ") + e.what());
+  }
+  if (syms->all().empty())
+    throw UsageError("--lib " + path + ": defines no CUDA runtime or driver API function");
+  seen_.insert({st.st_dev, st.st_ino});
+  return CudaObject{st.st_dev, st.st_ino, path, path, 0, std::move(syms)};
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,55 @@
+#pragma once
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/elf_symbols.h"
+
+namespace gpuscope {
+
+// A file that defines probed CUDA symbols: a libcudart/libcuda copy anywhere (system, pip
+// wheel, conda, container), or an executable or library with cudart linked in statically.
+struct CudaObject {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string path;       // as the process sees it
+  std::string open_path;  // through /proc/PID/root, so containers' files open from here
+  pid_t seen_in = 0;      // 0 when found outside any process (ld cache, --lib)
+  std::shared_ptr<const ElfSymbols> symbols;  // only the wanted names
+};
+
+// Finds CudaObjects, each (st_dev, st_ino) once. `wanted` decides which symbol names count.
+class Discovery {
+ public:
+  using Wanted = ElfSymbols::Filter;
+  Discovery(Wanted wanted, std::vector<pid_t> pids);
+
+  // New objects mapped by the watched processes (all processes when no pid was given).
+  std::vector<CudaObject> scan_processes();
+  // libcudart/libcuda known to the dynamic linker cache.
+  std::vector<CudaObject> scan_ld_cache();
+  // --lib PATH; throws UsageError when the file is not ELF or defines none of the wanted symbols.
+  CudaObject add_path(const std::string& path);
+  // Executable mappings of one process: (path as mapped, dev, ino).
+  struct Mapping {
+    std::string path;
+    dev_t dev;
+    ino_t ino;
+  };
+  static std::vector<Mapping> exec_mappings(pid_t pid);
+  static bool looks_like_cuda_library(std::string_view basename);
+
+ private:
+  std::optional<CudaObject> consider(const std::string& path, const std::string& open_path, pid_t pid);
+  Wanted wanted_;
+  std::vector<pid_t> pids_;
+  std::set<std::pair<dev_t, ino_t>> seen_;
+};
+
+}  // namespace gpuscope

@@ -1,0 +1,88 @@
+#include "core/elf_symbols.h"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace gpuscope {
+
+namespace {
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+struct ElfHandle {
+  Elf* e;
+  ~ElfHandle() {
+    if (e) elf_end(e);
+  }
+};
+}  // namespace
+
+ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep) {
+  elf_version(EV_CURRENT);
+  Fd fd{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) throw std::runtime_error(path + ": " + strerror(errno));
+  ElfHandle elf{elf_begin(fd.fd, ELF_C_READ_MMAP, nullptr)};
+  if (!elf.e || elf_kind(elf.e) != ELF_K_ELF) throw std::runtime_error(path + ": not an ELF file");
+  GElf_Ehdr eh;
+  if (!gelf_getehdr(elf.e, &eh)) throw std::runtime_error(path + ": bad ELF header");
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
+    throw std::runtime_error(path + ": not an executable or shared object");
+
+  ElfSymbols out;
+  out.is_exec_ = eh.e_type == ET_EXEC;
+  size_t nph = 0;
+  elf_getphdrnum(elf.e, &nph);
+  std::vector<GElf_Phdr> loads;
+  for (size_t i = 0; i < nph; i++) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf.e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      loads.push_back(ph);
+  }
+  auto to_offset = [&](uint64_t vaddr) -> std::optional<uint64_t> {
+    for (auto& ph : loads)
+      if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_memsz) return vaddr - ph.p_vaddr + ph.p_offset;
+    return std::nullopt;
+  };
+
+  // .symtab last, so an exported name wins over a local one of the same name.
+  for (Elf64_Word want : {SHT_DYNSYM, SHT_SYMTAB}) {
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(elf.e, scn))) {
+      GElf_Shdr sh;
+      if (!gelf_getshdr(scn, &sh) || sh.sh_type != want || sh.sh_entsize == 0) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (!data) continue;
+      size_t n = sh.sh_size / sh.sh_entsize;
+      for (size_t i = 0; i < n; i++) {
+        GElf_Sym s;
+        if (!gelf_getsym(data, static_cast<int>(i), &s)) continue;
+        if (GELF_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
+        const char* name = elf_strptr(elf.e, sh.sh_link, s.st_name);
+        if (!name || !*name) continue;
+        std::string_view nv(name);
+        if (keep && !keep(nv)) continue;
+        auto off = to_offset(s.st_value);
+        if (!off) continue;
+        out.syms_.try_emplace(std::string(nv), ElfSymbol{s.st_value, s.st_size, *off,
+                                                         GELF_ST_BIND(s.st_info) == STB_LOCAL});
+      }
+    }
+  }
+  return out;
+}
+
+const ElfSymbol* ElfSymbols::find(const std::string& name) const {
+  auto it = syms_.find(name);
+  return it == syms_.end() ? nullptr : &it->second;
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,34 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace gpuscope {
+
+struct ElfSymbol {
+  uint64_t vaddr = 0;
+  uint64_t size = 0;
+  uint64_t file_offset = 0;  // what a uprobe needs
+  bool local = false;        // from .symtab with STB_LOCAL (static cudart inside an executable)
+};
+
+// Defined FUNC symbols of one ELF file (.dynsym and .symtab), read with libelf.
+class ElfSymbols {
+ public:
+  using Filter = std::function<bool(std::string_view)>;
+  // Throws std::runtime_error with a one-line reason when the file is not a readable ELF.
+  static ElfSymbols read(const std::string& path, const Filter& keep = nullptr);
+
+  const ElfSymbol* find(const std::string& name) const;
+  const std::unordered_map<std::string, ElfSymbol>& all() const { return syms_; }
+  bool is_executable() const { return is_exec_; }
+
+ private:
+  std::unordered_map<std::string, ElfSymbol> syms_;
+  bool is_exec_ = false;
+};
+
+}  // namespace gpuscope

@@ -1,0 +1,153 @@
+#include "core/system.h"
+
+#include <dirent.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#endif
+
+namespace gpuscope {
+
+bool has_bpf_privileges() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1u; };
+  return has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+}
+
+void require_bpf_privileges() {
+  if (!has_bpf_privileges())
+    throw UsageError("missing privileges: need CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (run as root)");
+}
+
+bool pid_exists(pid_t pid) {
+  if (pid <= 0) return false;
+  struct stat st;
+  return stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+}
+
+std::optional<std::string> read_file_opt(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string read_file(const std::string& path) { return read_file_opt(path).value_or(""); }
+
+std::string proc_comm(pid_t pid) {
+  auto s = read_file("/proc/" + std::to_string(pid) + "/comm");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+std::vector<pid_t> list_pids() {
+  std::vector<pid_t> pids;
+  DIR* d = opendir("/proc");
+  if (!d) return pids;
+  while (dirent* e = readdir(d)) {
+    char* end;
+    long v = strtol(e->d_name, &end, 10);
+    if (*end == '\0' && v > 0) pids.push_back(static_cast<pid_t>(v));
+  }
+  closedir(d);
+  return pids;
+}
+
+static bool fs_magic_is(const char* dir, long magic) {
+  struct statfs sfs;
+  return statfs(dir, &sfs) == 0 && static_cast<long>(sfs.f_type) == magic;
+}
+
+bool is_bpffs(const std::string& dir) { return fs_magic_is(dir.c_str(), BPF_FS_MAGIC); }
+
+bool ensure_bpffs(std::string* why) {
+  if (is_bpffs("/sys/fs/bpf")) return true;
+  if (mount("bpf", "/sys/fs/bpf", "bpf", 0, nullptr) == 0) return true;
+  if (why) *why = std::string("cannot mount bpffs on /sys/fs/bpf: ") + strerror(errno);
+  return false;
+}
+
+bool ensure_tracefs(std::string* why) {
+  if (fs_magic_is("/sys/kernel/tracing", TRACEFS_MAGIC)) return true;
+  if (mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0) return true;
+  if (why) *why = std::string("cannot mount tracefs on /sys/kernel/tracing: ") + strerror(errno);
+  return false;
+}
+
+static void on_signal(int) { StopControl::signalled().store(true); }
+
+std::atomic<bool>& StopControl::signalled() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+void StopControl::install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+StopControl::StopControl(double duration_s) {
+  if (duration_s > 0)
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(duration_s));
+}
+
+bool StopControl::should_stop() const {
+  if (signalled().load()) return true;
+  return deadline_ && std::chrono::steady_clock::now() >= *deadline_;
+}
+
+const std::string& CgroupNames::path(uint64_t id) {
+  auto it = names_.find(id);
+  if (it != names_.end()) return it->second;
+  // A new container appears rarely; rescan at most once a second.
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_scan_ > std::chrono::seconds(1)) {
+    last_scan_ = now;
+    rescan();
+    it = names_.find(id);
+    if (it != names_.end()) return it->second;
+  }
+  return names_.emplace(id, "").first->second;
+}
+
+void CgroupNames::rescan() {
+  namespace fs = std::filesystem;
+  const fs::path root = "/sys/fs/cgroup";
+  std::error_code ec;
+  struct stat st;
+  if (stat(root.c_str(), &st) == 0) names_[st.st_ino] = "/";
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (!it->is_directory(ec)) continue;
+    if (stat(it->path().c_str(), &st) == 0)
+      names_[st.st_ino] = "/" + fs::relative(it->path(), root, ec).string();
+  }
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,57 @@
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gpuscope {
+
+// Bad input or an unusable environment: main prints one line and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// CAP_SYS_ADMIN, or CAP_BPF together with CAP_PERFMON, in the effective set.
+bool has_bpf_privileges();
+void require_bpf_privileges();
+
+bool pid_exists(pid_t pid);
+std::string read_file(const std::string& path);
+std::optional<std::string> read_file_opt(const std::string& path);
+std::string proc_comm(pid_t pid);
+std::vector<pid_t> list_pids();
+
+// Mounts bpffs / tracefs where missing; returns false (with why) if that is impossible.
+bool ensure_bpffs(std::string* why = nullptr);
+bool ensure_tracefs(std::string* why = nullptr);
+bool is_bpffs(const std::string& dir);
+
+// SIGINT/SIGTERM set the flag; -d sets a deadline. Polling loops ask should_stop().
+class StopControl {
+ public:
+  explicit StopControl(double duration_s);
+  bool should_stop() const;
+  static void install_signal_handlers();
+  static std::atomic<bool>& signalled();
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+};
+
+// Maps cgroup ids (cgroup v2 inode numbers) to paths under /sys/fs/cgroup.
+class CgroupNames {
+ public:
+  const std::string& path(uint64_t id);
+
+ private:
+  void rescan();
+  std::unordered_map<uint64_t, std::string> names_;
+  std::chrono::steady_clock::time_point last_scan_{};
+};
+
+}  // namespace gpuscope

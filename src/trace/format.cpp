@@ -1,0 +1,123 @@
+#include <time.h>
+
+#include <cstring>
+
+#include "core/cuda_errors.h"
+#include "core/output.h"
+#include "trace/trace.h"
+
+namespace gpuscope {
+
+#define GS_API_NAME(id, sym, ...) #sym,
+static const char* const kApiNames[GS_API_COUNT] = {GS_APIS(GS_API_NAME)};
+#undef GS_API_NAME
+static const gs_api_desc kApiDescs[GS_API_COUNT] = GS_API_DESC_TABLE;
+const char* const kApiVariantSuffixes[3] = {"", "_ptsz", "_ptds"};
+
+const char* api_symbol(unsigned api) { return api < GS_API_COUNT ? kApiNames[api] : "?"; }
+const gs_api_desc& api_desc(unsigned api) { return kApiDescs[api < GS_API_COUNT ? api : 0]; }
+const char* layer_name(unsigned layer) { return layer == GS_LAYER_RUNTIME ? "runtime" : "driver"; }
+
+const char* memcpy_kind_name(unsigned kind) {
+  static const char* const names[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
+                                      "cudaMemcpyDeviceToDevice", "cudaMemcpyDefault"};
+  return kind < 5 ? names[kind] : "unknown";
+}
+
+std::vector<bool> select_apis(const std::vector<std::string>& names, const std::string& layer) {
+  if (layer != "all" && layer != "runtime" && layer != "driver")
+    throw UsageError("--layer must be runtime, driver or all, not '" + layer + "'");
+  std::vector<bool> sel(GS_API_COUNT, names.empty());
+  for (const auto& raw : names) {
+    std::string n = raw;
+    for (const char* suf : {"_ptsz", "_ptds"}) {
+      size_t l = strlen(suf);
+      if (n.size() > l && n.compare(n.size() - l, l, suf) == 0) n.resize(n.size() - l);
+    }
+    bool found = false;
+    for (unsigned i = 0; i < GS_API_COUNT; i++)
+      if (n == kApiNames[i]) sel[i] = found = true;
+    if (!found) throw UsageError("--api: unknown or untraced CUDA API '" + raw + "'");
+  }
+  for (unsigned i = 0; i < GS_API_COUNT; i++) {
+    if (layer == "runtime" && kApiDescs[i].layer != GS_LAYER_RUNTIME) sel[i] = false;
+    if (layer == "driver" && kApiDescs[i].layer != GS_LAYER_DRIVER) sel[i] = false;
+  }
+  return sel;
+}
+
+static std::string comm_str(const char* c) { return std::string(c, strnlen(c, GS_COMM_LEN)); }
+
+static std::string ret_name(const gs_call_event& e) {
+  return e.layer == GS_LAYER_RUNTIME ? cuda_runtime_error_name(e.ret) : cuda_driver_error_name(e.ret);
+}
+
+void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out) {
+  JsonLine j(out);
+  if (ctx.timestamps) j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns);
+  j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_str(e.comm)).str("thread", comm_str(e.thread));
+  if (ctx.cgroups) j.str("cgroup", ctx.cgroups->path(e.cgroup_id));
+  j.str("layer", layer_name(e.layer)).str("api", api_symbol(e.api));
+  j.str("phase", e.phase == GS_PHASE_ENTER ? "enter" : "exit");
+  if (e.phase == GS_PHASE_EXIT) j.num("ret", e.ret).str("ret_name", ret_name(e)).num("dur_ns", e.dur_ns);
+  const auto& a = e.args;
+  const uint32_t f = e.fields;
+  if (f & GS_F_SIZE) j.num("size", a.size_bytes);
+  if (f & GS_F_PTR) j.hex("ptr", a.ptr);
+  if (f & GS_F_DST) j.hex("dst", a.dst);
+  if (f & GS_F_SRC) j.hex("src", a.src);
+  if (f & GS_F_KIND) j.str("kind", memcpy_kind_name(a.kind));
+  if (f & GS_F_FUNC) j.hex("func", a.func);
+  if (f & GS_F_LAUNCH) j.triple("grid", a.grid).triple("block", a.block).num("shared_mem", a.shared_mem_bytes);
+  if (f & GS_F_CLUSTER) j.triple("cluster", a.cluster);
+  if (f & GS_F_STREAM) j.hex("stream", a.stream);
+  if (f & GS_F_GRAPH) j.hex("graph", a.graph);
+  if (f & GS_F_EVENT) j.hex("event", a.event);
+  if (f & GS_F_HANDLE) j.hex("handle", a.handle);
+  if (f & GS_F_DEVICE) j.num("device", a.device);
+  if (f & GS_F_LAUNCH) j.boolean("captured", f & GS_F_CAPTURED);
+  j.end();
+}
+
+void format_table_header(const FormatContext& ctx, fmt::memory_buffer& out) {
+  if (ctx.timestamps) fmt::format_to(std::back_inserter(out), "{:<15} ", "TIME");
+  fmt::format_to(std::back_inserter(out), "{:<16} {:>7} {:>7} {:<7} {:<28} {:<5} {}\n", "COMM", "PID", "TID", "LAYER",
+                 "API", "PHASE", "DETAILS");
+}
+
+void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out) {
+  auto it = std::back_inserter(out);
+  if (ctx.timestamps) {
+    int64_t ns = static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns;
+    time_t secs = ns / 1000000000;
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    fmt::format_to(it, "{:02}:{:02}:{:02}.{:06} ", tm.tm_hour, tm.tm_min, tm.tm_sec, (ns % 1000000000) / 1000);
+  }
+  fmt::format_to(it, "{:<16} {:>7} {:>7} {:<7} {:<28} {:<5} ", comm_str(e.comm), e.pid, e.tid, layer_name(e.layer),
+                 api_symbol(e.api), e.phase == GS_PHASE_ENTER ? "enter" : "exit");
+  const auto& a = e.args;
+  const uint32_t f = e.fields;
+  if (e.phase == GS_PHASE_EXIT)
+    fmt::format_to(it, "ret={} dur={:.3f}us ", ret_name(e), static_cast<double>(e.dur_ns) / 1000.0);
+  if (f & GS_F_SIZE) fmt::format_to(it, "size={} ", a.size_bytes);
+  if (f & GS_F_PTR) fmt::format_to(it, "ptr=0x{:x} ", a.ptr);
+  if (f & GS_F_DST) fmt::format_to(it, "dst=0x{:x} ", a.dst);
+  if (f & GS_F_SRC) fmt::format_to(it, "src=0x{:x} ", a.src);
+  if (f & GS_F_KIND) fmt::format_to(it, "kind={} ", memcpy_kind_name(a.kind));
+  if (f & GS_F_FUNC) fmt::format_to(it, "func=0x{:x} ", a.func);
+  if (f & GS_F_LAUNCH)
+    fmt::format_to(it, "grid=({},{},{}) block=({},{},{}) smem={} ", a.grid[0], a.grid[1], a.grid[2], a.block[0],
+                   a.block[1], a.block[2], a.shared_mem_bytes);
+  if (f & GS_F_CLUSTER) fmt::format_to(it, "cluster=({},{},{}) ", a.cluster[0], a.cluster[1], a.cluster[2]);
+  if (f & GS_F_STREAM) fmt::format_to(it, "stream=0x{:x} ", a.stream);
+  if (f & GS_F_GRAPH) fmt::format_to(it, "graph=0x{:x} ", a.graph);
+  if (f & GS_F_EVENT) fmt::format_to(it, "event=0x{:x} ", a.event);
+  if (f & GS_F_HANDLE) fmt::format_to(it, "handle=0x{:x} ", a.handle);
+  if (f & GS_F_DEVICE) fmt::format_to(it, "device={} ", a.device);
+  if (f & GS_F_CAPTURED) fmt::format_to(it, "captured ");
+  if (out.size() > 0 && out.data()[out.size() - 1] == ' ') out.resize(out.size() - 1);
+  out.push_back('\n');
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope trace: one entry and one exit program for every CUDA API in common/api.h.
+ * The attach cookie is the API's row; the row says where each argument lives. */
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include "common/api.h"
+#include "common/events.h"
+#include "common/uprobe_args.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool filter_comm = false;
+const volatile char target_comm[GS_COMM_LEN] = {};
+const volatile bool emit_enter = true;
+const volatile bool emit_exit = true;
+
+static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
+
+/* Per thread and layer: the outermost probed call in flight. Nested calls of the same
+ * layer only bump depth, so each layer reports one event per call. */
+struct call_state {
+	__u64 start_ns;
+	__u64 outp;
+	__u64 stream;
+	__u32 depth;
+	__u16 api;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* tid << 1 | layer */
+	__type(value, struct call_state);
+} calls SEC(".maps");
+
+struct capture_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 stream;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct capture_key);
+	__type(value, __u8);
+} capturing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_DROP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &why);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline bool comm_matches(struct task_struct *task)
+{
+	char comm[GS_COMM_LEN];
+	if (!filter_comm)
+		return true;
+	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
+	for (int i = 0; i < GS_COMM_LEN; i++) {
+		if (comm[i] != target_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline struct gs_call_event *reserve(struct task_struct *task, __u64 id,
+						     __u16 api, __u8 layer, __u8 phase)
+{
+	struct gs_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_DROP_RINGBUF);
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_boot_ns = bpf_ktime_get_boot_ns();
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->api = api;
+	e->layer = layer;
+	e->phase = phase;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->thread, sizeof(e->thread));
+	BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
+	return e;
+}
+
+static __always_inline bool is_captured(__u32 pid, __u64 stream)
+{
+	struct capture_key k = {.pid = pid, .stream = stream};
+	return bpf_map_lookup_elem(&capturing, &k) != NULL;
+}
+
+#define ARG(slot) gs_arg_at(&regs, (slot) - 1)
+
+static __always_inline void read_attrs_cluster(struct gs_call_args *a, __u32 *fields, __u64 attrs,
+					       __u32 n)
+{
+	/* cudaLaunchAttribute and CUlaunchAttribute: 72-byte entries, id at 0, value at 8. */
+	for (int i = 0; i < 8; i++) {
+		__u32 id = 0;
+		if (i >= n)
+			break;
+		bpf_probe_read_user(&id, sizeof(id), (void *)(attrs + i * 72));
+		if (id == 4 /* ClusterDimension */) {
+			bpf_probe_read_user(a->cluster, sizeof(a->cluster), (void *)(attrs + i * 72 + 8));
+			*fields |= GS_F_CLUSTER;
+		}
+	}
+}
+
+static __always_inline void decode_launch(struct pt_regs *ctx, __u8 special, struct gs_call_args *a,
+					  __u32 *fields)
+{
+	__u64 cfg, v;
+	__u32 ex[14];
+
+	switch (special) {
+	case GS_SP_RT_LAUNCH:
+		/* dim3 is 12 bytes: x|y<<32 in one register, z in the next. */
+		a->func = gs_arg(ctx, 0);
+		v = gs_arg(ctx, 1);
+		a->grid[0] = (__u32)v;
+		a->grid[1] = v >> 32;
+		a->grid[2] = (__u32)gs_arg(ctx, 2);
+		v = gs_arg(ctx, 3);
+		a->block[0] = (__u32)v;
+		a->block[1] = v >> 32;
+		a->block[2] = (__u32)gs_arg(ctx, 4);
+		a->shared_mem_bytes = (__u32)gs_arg(ctx, 6);
+		a->stream = gs_arg(ctx, 7);
+		break;
+	case GS_SP_CU_LAUNCH:
+		a->func = gs_arg(ctx, 0);
+		a->grid[0] = gs_arg(ctx, 1);
+		a->grid[1] = gs_arg(ctx, 2);
+		a->grid[2] = gs_arg(ctx, 3);
+		a->block[0] = gs_arg(ctx, 4);
+		a->block[1] = gs_arg(ctx, 5);
+		a->block[2] = gs_arg(ctx, 6);
+		a->shared_mem_bytes = gs_arg(ctx, 7);
+		a->stream = gs_arg(ctx, 8);
+		break;
+	case GS_SP_RT_LAUNCH_EX:
+	case GS_SP_CU_LAUNCH_EX:
+		/* Both configs: six u32 dims, smem at 24 (size_t in the runtime's, u32 in the
+		 * driver's; little-endian, so the low word works for both), stream 32, attrs 40,
+		 * numAttrs 48. */
+		cfg = gs_arg(ctx, 0);
+		a->func = gs_arg(ctx, 1);
+		if (bpf_probe_read_user(ex, sizeof(ex), (void *)cfg))
+			return;
+		a->grid[0] = ex[0];
+		a->grid[1] = ex[1];
+		a->grid[2] = ex[2];
+		a->block[0] = ex[3];
+		a->block[1] = ex[4];
+		a->block[2] = ex[5];
+		a->shared_mem_bytes = ex[6];
+		a->stream = ((__u64)ex[9] << 32) | ex[8];
+		read_attrs_cluster(a, fields, ((__u64)ex[11] << 32) | ex[10], ex[12]);
+		break;
+	default:
+		return;
+	}
+	*fields |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM;
+}
+
+SEC("uprobe")
+int gs_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	const struct gs_api_desc *d;
+	struct gs_call_event *e;
+	struct gs_call_args *a;
+	struct gs_args regs;
+	__u32 fields = 0;
+
+	if (api >= GS_API_COUNT)
+		return 0;
+	d = &apis[api];
+	if (!comm_matches(task))
+		return 0;
+	gs_args_load(ctx, &regs);
+
+	if (emit_exit) {
+		__u64 key = ((__u64)(__u32)id << 1) | d->layer;
+		struct call_state *st = bpf_map_lookup_elem(&calls, &key);
+		if (st) {
+			st->depth++;
+			return 0;
+		}
+		struct call_state fresh = {
+			.start_ns = bpf_ktime_get_boot_ns(),
+			.outp = d->outp ? ARG(d->outp) : 0,
+			.stream = d->stream ? ARG(d->stream) : 0,
+			.depth = 1,
+			.api = api,
+		};
+		if (bpf_map_update_elem(&calls, &key, &fresh, BPF_NOEXIST))
+			count_drop(GS_DROP_STATE_FULL);
+	}
+	if (d->special == GS_SP_CAPTURE_END || (!emit_exit && d->special == GS_SP_CAPTURE_BEGIN)) {
+		struct capture_key k = {.pid = id >> 32, .stream = ARG(d->stream)};
+		__u8 one = 1;
+		if (d->special == GS_SP_CAPTURE_END)
+			bpf_map_delete_elem(&capturing, &k);
+		else
+			bpf_map_update_elem(&capturing, &k, &one, BPF_ANY);
+	}
+	if (!emit_enter)
+		return 0;
+
+	e = reserve(task, id, api, d->layer, GS_PHASE_ENTER);
+	if (!e)
+		return 0;
+	a = &e->args;
+	if (d->size) { a->size_bytes = ARG(d->size); fields |= GS_F_SIZE; }
+	if (d->ptr) { a->ptr = ARG(d->ptr); fields |= GS_F_PTR; }
+	if (d->dst) { a->dst = ARG(d->dst); fields |= GS_F_DST; }
+	if (d->src) { a->src = ARG(d->src); fields |= GS_F_SRC; }
+	if (d->kind) { a->kind = ARG(d->kind); fields |= GS_F_KIND; }
+	if (d->kind_fixed) { a->kind = d->kind_fixed - 1; fields |= GS_F_KIND; }
+	if (d->stream) { a->stream = ARG(d->stream); fields |= GS_F_STREAM; }
+	if (d->event) { a->event = ARG(d->event); fields |= GS_F_EVENT; }
+	if (d->graph) { a->graph = ARG(d->graph); fields |= GS_F_GRAPH; }
+	if (d->handle) { a->handle = ARG(d->handle); fields |= GS_F_HANDLE; }
+	if (d->device) { a->device = ARG(d->device); fields |= GS_F_DEVICE; }
+	decode_launch(ctx, d->special, a, &fields);
+	if ((fields & GS_F_LAUNCH) && is_captured(e->pid, a->stream))
+		fields |= GS_F_CAPTURED;
+	e->fields = fields;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_exit(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	const struct gs_api_desc *d;
+	struct call_state st;
+	struct call_state *cur;
+	struct gs_call_event *e;
+	__u64 key, v = 0;
+	__s32 ret = (__s32)PT_REGS_RC(ctx);
+
+	if (api >= GS_API_COUNT)
+		return 0;
+	d = &apis[api];
+	key = ((__u64)(__u32)id << 1) | d->layer;
+	cur = bpf_map_lookup_elem(&calls, &key);
+	if (!cur)
+		return 0;
+	if (--cur->depth > 0)
+		return 0;
+	st = *cur;
+	bpf_map_delete_elem(&calls, &key);
+	if (st.api >= GS_API_COUNT)
+		return 0;
+	d = &apis[st.api];
+
+	if (d->special == GS_SP_CAPTURE_BEGIN && ret == 0) {
+		struct capture_key k = {.pid = id >> 32, .stream = st.stream};
+		__u8 one = 1;
+		bpf_map_update_elem(&capturing, &k, &one, BPF_ANY);
+	}
+
+	e = reserve(task, id, st.api, d->layer, GS_PHASE_EXIT);
+	if (!e)
+		return 0;
+	e->ret = ret;
+	e->dur_ns = e->ts_boot_ns - st.start_ns;
+	if (ret == 0 && st.outp && d->out) {
+		bpf_probe_read_user(&v, sizeof(v), (void *)st.outp);
+		switch (d->out) {
+		case GS_OUT_PTR: e->args.ptr = v; e->fields = GS_F_PTR; break;
+		case GS_OUT_STREAM: e->args.stream = v; e->fields = GS_F_STREAM; break;
+		case GS_OUT_EVENT: e->args.event = v; e->fields = GS_F_EVENT; break;
+		case GS_OUT_GRAPH: e->args.graph = v; e->fields = GS_F_GRAPH; break;
+		case GS_OUT_HANDLE: e->args.handle = v; e->fields = GS_F_HANDLE; break;
+		case GS_OUT_DEVICE: e->args.device = (__s32)v; e->fields = GS_F_DEVICE; break;
+		}
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* A thread that dies inside a probed call never returns through its uretprobe. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(gs_thread_exit, struct task_struct *p)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 key = (__u64)(__u32)id << 1;
+	bpf_map_delete_elem(&calls, &key);
+	key |= 1;
+	bpf_map_delete_elem(&calls, &key);
+	return 0;
+}

@@ -1,0 +1,201 @@
+#include "trace/trace.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <unordered_set>
+
+#include "core/bpf.h"
+#include "core/clock.h"
+#include "core/discovery.h"
+#include "core/output.h"
+#include "trace.skel.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct SkelDeleter {
+  void operator()(trace_bpf* s) const { trace_bpf__destroy(s); }
+};
+
+// Every symbol name the API table can attach to, variants included.
+std::unordered_set<std::string> wanted_symbols() {
+  std::unordered_set<std::string> names;
+  for (unsigned i = 0; i < GS_API_COUNT; i++)
+    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(api_symbol(i)) + suf);
+  return names;
+}
+
+class Tracer {
+ public:
+  explicit Tracer(const TraceOptions& o) : o_(o), selected_(select_apis(o.apis, o.layer)) {}
+
+  int run();
+
+ private:
+  void open_and_load();
+  void attach_object(const CudaObject& obj);
+  void handle(const void* data, size_t size);
+  void summary();
+
+  const TraceOptions& o_;
+  std::vector<bool> selected_;
+  std::unique_ptr<trace_bpf, SkelDeleter> skel_;
+  std::vector<Link> links_;
+  Writer out_;
+  FormatContext fmt_;
+  CgroupNames cgroups_;
+  uint64_t delivered_ = 0;
+  size_t objects_ = 0;
+  size_t attach_failures_ = 0;
+};
+
+void Tracer::open_and_load() {
+  skel_.reset(trace_bpf__open());
+  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+  auto* ro = skel_->rodata;
+  ro->emit_exit = !o_.hide_exits;
+  ro->emit_enter = true;
+  if (!o_.comm.empty()) {
+    ro->filter_comm = true;
+    strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
+  }
+  uint32_t bytes = o_.ringbuf_kb * 1024u;
+  if (bpf_map__set_max_entries(skel_->maps.events, bytes) != 0)
+    throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
+  if (o_.hide_exits) bpf_program__set_autoload(skel_->progs.gs_thread_exit, false);
+  if (int err = trace_bpf__load(skel_.get()))
+    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                     " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  if (!o_.hide_exits) {
+    bpf_link* l = bpf_program__attach(skel_->progs.gs_thread_exit);
+    if (l)
+      links_.emplace_back(l);
+    else
+      fprintf(stderr, "gpuscope: warning: tp_btf/sched_process_exit unavailable; state of threads killed inside a CUDA call is reclaimed only when the map is full\n");
+  }
+}
+
+void Tracer::attach_object(const CudaObject& obj) {
+  objects_++;
+  std::vector<pid_t> pids = o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids;
+  size_t attached = 0;
+  for (unsigned api = 0; api < GS_API_COUNT; api++) {
+    if (!selected_[api]) continue;
+    for (const char* suf : kApiVariantSuffixes) {
+      const ElfSymbol* sym = obj.symbols->find(std::string(api_symbol(api)) + suf);
+      if (!sym) continue;
+      for (pid_t pid : pids) {
+        for (bool ret : {false, true}) {
+          if (ret && o_.hide_exits) continue;
+          std::string err;
+          Link l = attach_uprobe(ret ? skel_->progs.gs_exit : skel_->progs.gs_enter,
+                                 {obj.open_path, sym->file_offset, pid, api, ret}, &err);
+          if (!l) {
+            attach_failures_++;
+            if (o_.verbose)
+              fprintf(stderr, "gpuscope: cannot attach %s%s in %s: %s\n", api_symbol(api), suf, obj.path.c_str(),
+                      err.c_str());
+            continue;
+          }
+          links_.push_back(std::move(l));
+          attached++;
+        }
+      }
+    }
+  }
+  if (o_.verbose)
+    fprintf(stderr, "gpuscope: %s (pid %d): %zu probes\n", obj.path.c_str(), obj.seen_in, attached);
+}
+
+void Tracer::handle(const void* data, size_t size) {
+  if (size < sizeof(gs_call_event)) return;
+  const auto& e = *static_cast<const gs_call_event*>(data);
+  delivered_++;
+  if (e.phase == GS_PHASE_EXIT && o_.hide_exits) return;
+  if (o_.json)
+    format_event_json(e, fmt_, out_.buf());
+  else
+    format_event_table(e, fmt_, out_.buf());
+}
+
+void Tracer::summary() {
+  uint64_t lost_rb = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_DROP_RINGBUF);
+  uint64_t lost_state = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_DROP_STATE_FULL);
+  if (o_.json) {
+    JsonLine(out_.buf())
+        .str("type", "summary")
+        .num("events", delivered_)
+        .num("lost", lost_rb)
+        .num("lost_ringbuf_full", lost_rb)
+        .num("untracked_calls_state_full", lost_state)
+        .num("objects", objects_)
+        .num("probes", links_.size())
+        .num("attach_failures", attach_failures_)
+        .end();
+  } else {
+    fmt::format_to(std::back_inserter(out_.buf()),
+                   "\n{} events delivered, {} lost (ring buffer full); {} calls without exit state (map full); "
+                   "{} probes in {} objects\n",
+                   delivered_, lost_rb, lost_state, links_.size(), objects_);
+  }
+  out_.flush();
+}
+
+int Tracer::run() {
+  for (pid_t pid : o_.pids)
+    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
+  auto names = wanted_symbols();
+  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
+  std::vector<CudaObject> initial;
+  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  require_bpf_privileges();
+
+  set_libbpf_verbose(o_.verbose);
+  open_and_load();
+  fmt_.realtime_offset_ns = realtime_minus_boottime_ns();
+  fmt_.timestamps = !o_.no_timestamps;
+  fmt_.cgroups = &cgroups_;
+
+  if (o_.pids.empty())
+    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
+  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
+  for (const auto& obj : initial) attach_object(obj);
+
+  RingBuffer rb(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
+  StopControl stop(o_.duration_s);
+  fprintf(stderr, "gpuscope: tracing %zu probes in %zu CUDA objects; new copies are picked up as they are mapped. Ctrl-C to end.\n",
+          links_.size(), objects_);
+  if (!o_.json) format_table_header(fmt_, out_.buf());
+  out_.flush();
+
+  auto next_scan = std::chrono::steady_clock::now();
+  while (!stop.should_stop()) {
+    rb.poll(100);
+    out_.flush();
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_scan) continue;
+    next_scan = now + std::chrono::milliseconds(400);
+    for (const auto& obj : disc.scan_processes()) attach_object(obj);
+    if (!o_.pids.empty()) {
+      bool any = false;
+      for (pid_t p : o_.pids) any |= pid_exists(p);
+      if (!any) break;
+    }
+  }
+  rb.drain();
+  summary();
+  return 0;
+}
+
+}  // namespace
+
+int run_trace(const TraceOptions& opts) {
+  Tracer t(opts);
+  return t.run();
+}
+
+}  // namespace gpuscope
