@@ -12,7 +12,8 @@
 
 enum gs_phase { GS_PHASE_ENTER = 0, GS_PHASE_EXIT = 1 };
 
-/* Which members of gs_call_args the event carries. */
+/* Which members of gs_call_args the event carries. BPF sets only the dynamic bits
+ * (CLUSTER, CAPTURED, OUT); the rest follow from the API row (gs_fields_of). */
 enum gs_field {
 	GS_F_SIZE = 1u << 0,
 	GS_F_PTR = 1u << 1,
@@ -28,6 +29,7 @@ enum gs_field {
 	GS_F_HANDLE = 1u << 11,
 	GS_F_DEVICE = 1u << 12,
 	GS_F_CAPTURED = 1u << 13, /* launched into a stream under capture: recorded, not run */
+	GS_F_OUT = 1u << 14,      /* exit: args.ptr holds the value the out-pointer received */
 };
 
 struct gs_call_args {

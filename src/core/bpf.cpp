@@ -1,13 +1,16 @@
 #include "core/bpf.h"
 
 #include <bpf/bpf.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 namespace gpuscope {
 
@@ -22,14 +25,78 @@ void set_libbpf_verbose(bool verbose) {
   libbpf_set_print(print_fn);
 }
 
+void Link::reset() {
+  if (link_) bpf_link__destroy(link_);
+  if (fd_ >= 0) close(fd_);
+  link_ = nullptr;
+  fd_ = -1;
+}
+
+// libbpf 1.1 predates uprobe_multi, so the constants and the link_create layout come from
+// the kernel's UAPI (include/uapi/linux/bpf.h, 6.6+).
+namespace {
+constexpr int kTraceUprobeMulti = 48;   // BPF_TRACE_UPROBE_MULTI
+constexpr int kUprobeMultiReturn = 1;   // BPF_F_UPROBE_MULTI_RETURN
+constexpr int kBpfLinkCreate = 28;      // BPF_LINK_CREATE
+struct LinkCreateUprobeMulti {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+static_assert(sizeof(LinkCreateUprobeMulti) == 64);
+}  // namespace
+
+void prepare_uprobe_multi(bpf_program* prog) {
+  bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeMulti));
+}
+
+Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err) {
+  LinkCreateUprobeMulti attr{};
+  attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
+  attr.attach_type = kTraceUprobeMulti;
+  attr.path = reinterpret_cast<uint64_t>(t.path.c_str());
+  attr.offsets = reinterpret_cast<uint64_t>(t.offsets.data());
+  attr.cookies = reinterpret_cast<uint64_t>(t.cookies.data());
+  attr.cnt = static_cast<uint32_t>(t.offsets.size());
+  attr.multi_flags = t.retprobe ? kUprobeMultiReturn : 0;
+  attr.pid = t.pid > 0 ? static_cast<uint32_t>(t.pid) : 0;
+  int fd = static_cast<int>(syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof(attr)));
+  if (fd < 0) {
+    if (err) *err = strerror(errno);
+    return Link();
+  }
+  return Link::from_fd(fd);
+}
+
 Link attach_uprobe(bpf_program* prog, const UprobeTarget& t, std::string* err) {
   LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = t.cookie, .retprobe = t.retprobe);
   bpf_link* l = bpf_program__attach_uprobe_opts(prog, t.pid, t.path.c_str(), t.file_offset, &opts);
   if (!l) {
     if (err) *err = strerror(errno);
-    return nullptr;
+    return Link();
   }
   return Link(l);
+}
+
+void destroy_links(std::vector<Link>& links) {
+  const size_t n = links.size();
+  const size_t nthreads = std::min<size_t>(64, n);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < nthreads; t++)
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < n; i += nthreads) links[i].reset();
+    });
+  for (auto& th : threads) th.join();
+  links.clear();
 }
 
 uint64_t percpu_sum(int map_fd, uint32_t key) {

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -135,9 +136,25 @@ const std::string& CgroupNames::path(uint64_t id) {
   return names_.emplace(id, "").first->second;
 }
 
+// bpf_get_current_cgroup_id() is the cgroup v2 id; on hybrid hosts v2 is not at /sys/fs/cgroup.
+static std::string cgroup2_root() {
+  FILE* f = fopen("/proc/self/mounts", "re");
+  if (!f) return "/sys/fs/cgroup";
+  char dev[256], dir[1024], type[64];
+  std::string root = "/sys/fs/cgroup";
+  while (fscanf(f, "%255s %1023s %63s %*[^\n]", dev, dir, type) == 3) {
+    if (strcmp(type, "cgroup2") == 0) {
+      root = dir;
+      break;
+    }
+  }
+  fclose(f);
+  return root;
+}
+
 void CgroupNames::rescan() {
   namespace fs = std::filesystem;
-  const fs::path root = "/sys/fs/cgroup";
+  static const fs::path root = cgroup2_root();
   std::error_code ec;
   struct stat st;
   if (stat(root.c_str(), &st) == 0) names_[st.st_ino] = "/";

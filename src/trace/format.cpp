@@ -46,6 +46,42 @@ std::vector<bool> select_apis(const std::vector<std::string>& names, const std::
   return sel;
 }
 
+void normalize_event(gs_call_event& e) {
+  const gs_api_desc& d = api_desc(e.api);
+  if (e.phase == GS_PHASE_ENTER) {
+    uint32_t f = 0;
+    if (d.size) f |= GS_F_SIZE;
+    if (d.ptr) f |= GS_F_PTR;
+    if (d.dst) f |= GS_F_DST;
+    if (d.src) f |= GS_F_SRC;
+    if (d.kind || d.kind_fixed) f |= GS_F_KIND;
+    if (d.stream) f |= GS_F_STREAM;
+    if (d.event) f |= GS_F_EVENT;
+    if (d.graph) f |= GS_F_GRAPH;
+    if (d.handle) f |= GS_F_HANDLE;
+    if (d.device) f |= GS_F_DEVICE;
+    if (d.special >= GS_SP_RT_LAUNCH && d.special <= GS_SP_CU_LAUNCH_EX)
+      f |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM | (e.fields & (GS_F_CLUSTER | GS_F_CAPTURED));
+    e.fields = f;
+    return;
+  }
+  if (!(e.fields & GS_F_OUT)) {
+    e.fields = 0;
+    return;
+  }
+  const uint64_t v = e.args.ptr;
+  e.args.ptr = 0;
+  switch (d.out) {
+    case GS_OUT_PTR: e.args.ptr = v; e.fields = GS_F_PTR; break;
+    case GS_OUT_STREAM: e.args.stream = v; e.fields = GS_F_STREAM; break;
+    case GS_OUT_EVENT: e.args.event = v; e.fields = GS_F_EVENT; break;
+    case GS_OUT_GRAPH: e.args.graph = v; e.fields = GS_F_GRAPH; break;
+    case GS_OUT_HANDLE: e.args.handle = v; e.fields = GS_F_HANDLE; break;
+    case GS_OUT_DEVICE: e.args.device = static_cast<int32_t>(v); e.fields = GS_F_DEVICE; break;
+    default: e.fields = 0;
+  }
+}
+
 static std::string comm_str(const char* c) { return std::string(c, strnlen(c, GS_COMM_LEN)); }
 
 static std::string ret_name(const gs_call_event& e) {

@@ -110,61 +110,60 @@ static __always_inline bool is_captured(__u32 pid, __u64 stream)
 
 #define ARG(slot) gs_arg_at(&regs, (slot) - 1)
 
-static __always_inline void read_attrs_cluster(struct gs_call_args *a, __u32 *fields, __u64 attrs,
-					       __u32 n)
+/* cudaLaunchAttribute and CUlaunchAttribute: 72-byte entries, id at 0, value at 8. */
+static __always_inline void read_attrs_cluster(struct gs_call_event *e, __u64 attrs, __u32 n)
 {
-	/* cudaLaunchAttribute and CUlaunchAttribute: 72-byte entries, id at 0, value at 8. */
 	for (int i = 0; i < 8; i++) {
 		__u32 id = 0;
 		if (i >= n)
 			break;
 		bpf_probe_read_user(&id, sizeof(id), (void *)(attrs + i * 72));
 		if (id == 4 /* ClusterDimension */) {
-			bpf_probe_read_user(a->cluster, sizeof(a->cluster), (void *)(attrs + i * 72 + 8));
-			*fields |= GS_F_CLUSTER;
+			bpf_probe_read_user(e->args.cluster, sizeof(e->args.cluster), (void *)(attrs + i * 72 + 8));
+			e->fields |= GS_F_CLUSTER;
 		}
 	}
 }
 
-static __always_inline void decode_launch(struct pt_regs *ctx, __u8 special, struct gs_call_args *a,
-					  __u32 *fields)
+static __always_inline void decode_launch(const struct gs_args *r, __u8 special, struct gs_call_event *e)
 {
+	struct gs_call_args *a = &e->args;
 	__u64 cfg, v;
 	__u32 ex[14];
 
 	switch (special) {
 	case GS_SP_RT_LAUNCH:
 		/* dim3 is 12 bytes: x|y<<32 in one register, z in the next. */
-		a->func = gs_arg(ctx, 0);
-		v = gs_arg(ctx, 1);
+		a->func = r->reg[0];
+		v = r->reg[1];
 		a->grid[0] = (__u32)v;
 		a->grid[1] = v >> 32;
-		a->grid[2] = (__u32)gs_arg(ctx, 2);
-		v = gs_arg(ctx, 3);
+		a->grid[2] = (__u32)r->reg[2];
+		v = r->reg[3];
 		a->block[0] = (__u32)v;
 		a->block[1] = v >> 32;
-		a->block[2] = (__u32)gs_arg(ctx, 4);
-		a->shared_mem_bytes = (__u32)gs_arg(ctx, 6);
-		a->stream = gs_arg(ctx, 7);
+		a->block[2] = (__u32)r->reg[4];
+		a->shared_mem_bytes = (__u32)gs_arg_at(r, 6);
+		a->stream = gs_arg_at(r, 7);
 		break;
 	case GS_SP_CU_LAUNCH:
-		a->func = gs_arg(ctx, 0);
-		a->grid[0] = gs_arg(ctx, 1);
-		a->grid[1] = gs_arg(ctx, 2);
-		a->grid[2] = gs_arg(ctx, 3);
-		a->block[0] = gs_arg(ctx, 4);
-		a->block[1] = gs_arg(ctx, 5);
-		a->block[2] = gs_arg(ctx, 6);
-		a->shared_mem_bytes = gs_arg(ctx, 7);
-		a->stream = gs_arg(ctx, 8);
+		a->func = r->reg[0];
+		a->grid[0] = r->reg[1];
+		a->grid[1] = r->reg[2];
+		a->grid[2] = r->reg[3];
+		a->block[0] = r->reg[4];
+		a->block[1] = r->reg[5];
+		a->block[2] = gs_arg_at(r, 6);
+		a->shared_mem_bytes = gs_arg_at(r, 7);
+		a->stream = gs_arg_at(r, 8);
 		break;
 	case GS_SP_RT_LAUNCH_EX:
 	case GS_SP_CU_LAUNCH_EX:
 		/* Both configs: six u32 dims, smem at 24 (size_t in the runtime's, u32 in the
-		 * driver's; little-endian, so the low word works for both), stream 32, attrs 40,
+		 * driver's; little-endian, so the low word serves both), stream 32, attrs 40,
 		 * numAttrs 48. */
-		cfg = gs_arg(ctx, 0);
-		a->func = gs_arg(ctx, 1);
+		cfg = r->reg[0];
+		a->func = r->reg[1];
 		if (bpf_probe_read_user(ex, sizeof(ex), (void *)cfg))
 			return;
 		a->grid[0] = ex[0];
@@ -175,12 +174,9 @@ static __always_inline void decode_launch(struct pt_regs *ctx, __u8 special, str
 		a->block[2] = ex[5];
 		a->shared_mem_bytes = ex[6];
 		a->stream = ((__u64)ex[9] << 32) | ex[8];
-		read_attrs_cluster(a, fields, ((__u64)ex[11] << 32) | ex[10], ex[12]);
+		read_attrs_cluster(e, ((__u64)ex[11] << 32) | ex[10], ex[12]);
 		break;
-	default:
-		return;
 	}
-	*fields |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM;
 }
 
 SEC("uprobe")
@@ -193,7 +189,6 @@ int gs_enter(struct pt_regs *ctx)
 	struct gs_call_event *e;
 	struct gs_call_args *a;
 	struct gs_args regs;
-	__u32 fields = 0;
 
 	if (api >= GS_API_COUNT)
 		return 0;
@@ -233,22 +228,25 @@ int gs_enter(struct pt_regs *ctx)
 	e = reserve(task, id, api, d->layer, GS_PHASE_ENTER);
 	if (!e)
 		return 0;
+	/* Which members apply follows from the API row, so userspace derives it: setting
+	 * flag bits here would give the verifier one state per combination. */
 	a = &e->args;
-	if (d->size) { a->size_bytes = ARG(d->size); fields |= GS_F_SIZE; }
-	if (d->ptr) { a->ptr = ARG(d->ptr); fields |= GS_F_PTR; }
-	if (d->dst) { a->dst = ARG(d->dst); fields |= GS_F_DST; }
-	if (d->src) { a->src = ARG(d->src); fields |= GS_F_SRC; }
-	if (d->kind) { a->kind = ARG(d->kind); fields |= GS_F_KIND; }
-	if (d->kind_fixed) { a->kind = d->kind_fixed - 1; fields |= GS_F_KIND; }
-	if (d->stream) { a->stream = ARG(d->stream); fields |= GS_F_STREAM; }
-	if (d->event) { a->event = ARG(d->event); fields |= GS_F_EVENT; }
-	if (d->graph) { a->graph = ARG(d->graph); fields |= GS_F_GRAPH; }
-	if (d->handle) { a->handle = ARG(d->handle); fields |= GS_F_HANDLE; }
-	if (d->device) { a->device = ARG(d->device); fields |= GS_F_DEVICE; }
-	decode_launch(ctx, d->special, a, &fields);
-	if ((fields & GS_F_LAUNCH) && is_captured(e->pid, a->stream))
-		fields |= GS_F_CAPTURED;
-	e->fields = fields;
+	if (d->size) a->size_bytes = ARG(d->size);
+	if (d->ptr) a->ptr = ARG(d->ptr);
+	if (d->dst) a->dst = ARG(d->dst);
+	if (d->src) a->src = ARG(d->src);
+	if (d->kind) a->kind = ARG(d->kind);
+	if (d->kind_fixed) a->kind = d->kind_fixed - 1;
+	if (d->stream) a->stream = ARG(d->stream);
+	if (d->event) a->event = ARG(d->event);
+	if (d->graph) a->graph = ARG(d->graph);
+	if (d->handle) a->handle = ARG(d->handle);
+	if (d->device) a->device = ARG(d->device);
+	if (d->special >= GS_SP_RT_LAUNCH && d->special <= GS_SP_CU_LAUNCH_EX) {
+		decode_launch(&regs, d->special, e);
+		if (is_captured(e->pid, a->stream))
+			e->fields |= GS_F_CAPTURED;
+	}
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -294,14 +292,8 @@ int gs_exit(struct pt_regs *ctx)
 	e->dur_ns = e->ts_boot_ns - st.start_ns;
 	if (ret == 0 && st.outp && d->out) {
 		bpf_probe_read_user(&v, sizeof(v), (void *)st.outp);
-		switch (d->out) {
-		case GS_OUT_PTR: e->args.ptr = v; e->fields = GS_F_PTR; break;
-		case GS_OUT_STREAM: e->args.stream = v; e->fields = GS_F_STREAM; break;
-		case GS_OUT_EVENT: e->args.event = v; e->fields = GS_F_EVENT; break;
-		case GS_OUT_GRAPH: e->args.graph = v; e->fields = GS_F_GRAPH; break;
-		case GS_OUT_HANDLE: e->args.handle = v; e->fields = GS_F_HANDLE; break;
-		case GS_OUT_DEVICE: e->args.device = (__s32)v; e->fields = GS_F_DEVICE; break;
-		}
+		e->args.ptr = v; /* userspace moves it to the member the row's `out` names */
+		e->fields = GS_F_OUT;
 	}
 	bpf_ringbuf_submit(e, 0);
 	return 0;

@@ -32,6 +32,7 @@ std::unordered_set<std::string> wanted_symbols() {
 class Tracer {
  public:
   explicit Tracer(const TraceOptions& o) : o_(o), selected_(select_apis(o.apis, o.layer)) {}
+  ~Tracer() { destroy_links(links_); }
 
   int run();
 
@@ -51,25 +52,38 @@ class Tracer {
   uint64_t delivered_ = 0;
   size_t objects_ = 0;
   size_t attach_failures_ = 0;
+  size_t sites_ = 0;
+  bool multi_ = false;
 };
 
 void Tracer::open_and_load() {
-  skel_.reset(trace_bpf__open());
-  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  auto* ro = skel_->rodata;
-  ro->emit_exit = !o_.hide_exits;
-  ro->emit_enter = true;
-  if (!o_.comm.empty()) {
-    ro->filter_comm = true;
-    strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
+  // uprobe_multi where the kernel has it (6.6+), one perf-event uprobe per site elsewhere.
+  for (bool multi : {true, false}) {
+    skel_.reset(trace_bpf__open());
+    if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+    auto* ro = skel_->rodata;
+    ro->emit_exit = !o_.hide_exits;
+    ro->emit_enter = true;
+    if (!o_.comm.empty()) {
+      ro->filter_comm = true;
+      strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
+    }
+    if (bpf_map__set_max_entries(skel_->maps.events, o_.ringbuf_kb * 1024u) != 0)
+      throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
+    if (o_.hide_exits) bpf_program__set_autoload(skel_->progs.gs_thread_exit, false);
+    if (multi) {
+      prepare_uprobe_multi(skel_->progs.gs_enter);
+      prepare_uprobe_multi(skel_->progs.gs_exit);
+    }
+    int err = trace_bpf__load(skel_.get());
+    if (err == 0) {
+      multi_ = multi;
+      break;
+    }
+    if (!multi)
+      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
   }
-  uint32_t bytes = o_.ringbuf_kb * 1024u;
-  if (bpf_map__set_max_entries(skel_->maps.events, bytes) != 0)
-    throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
-  if (o_.hide_exits) bpf_program__set_autoload(skel_->progs.gs_thread_exit, false);
-  if (int err = trace_bpf__load(skel_.get()))
-    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
-                     " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
   if (!o_.hide_exits) {
     bpf_link* l = bpf_program__attach(skel_->progs.gs_thread_exit);
     if (l)
@@ -82,38 +96,59 @@ void Tracer::open_and_load() {
 void Tracer::attach_object(const CudaObject& obj) {
   objects_++;
   std::vector<pid_t> pids = o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids;
-  size_t attached = 0;
+  UprobeMultiTarget sites;
+  sites.path = obj.open_path;
+  std::unordered_set<uint64_t> offsets;
   for (unsigned api = 0; api < GS_API_COUNT; api++) {
     if (!selected_[api]) continue;
     for (const char* suf : kApiVariantSuffixes) {
       const ElfSymbol* sym = obj.symbols->find(std::string(api_symbol(api)) + suf);
-      if (!sym) continue;
-      for (pid_t pid : pids) {
-        for (bool ret : {false, true}) {
-          if (ret && o_.hide_exits) continue;
-          std::string err;
-          Link l = attach_uprobe(ret ? skel_->progs.gs_exit : skel_->progs.gs_enter,
-                                 {obj.open_path, sym->file_offset, pid, api, ret}, &err);
-          if (!l) {
-            attach_failures_++;
-            if (o_.verbose)
-              fprintf(stderr, "gpuscope: cannot attach %s%s in %s: %s\n", api_symbol(api), suf, obj.path.c_str(),
-                      err.c_str());
-            continue;
-          }
-          links_.push_back(std::move(l));
-          attached++;
-        }
-      }
+      if (!sym || !offsets.insert(sym->file_offset).second) continue;
+      sites.offsets.push_back(sym->file_offset);
+      sites.cookies.push_back(api);
     }
   }
-  if (o_.verbose)
-    fprintf(stderr, "gpuscope: %s (pid %d): %zu probes\n", obj.path.c_str(), obj.seen_in, attached);
+  size_t before = links_.size();
+  std::string err;
+  auto attach = [&](bpf_program* prog, UprobeMultiTarget& t, bool ret) {
+    t.retprobe = ret;
+    if (multi_) {
+      Link l = attach_uprobe_multi(prog, t, &err);
+      if (l) {
+        links_.push_back(std::move(l));
+        sites_ += t.offsets.size();
+      } else {
+        attach_failures_ += t.offsets.size();
+      }
+      return;
+    }
+    for (size_t i = 0; i < t.offsets.size(); i++) {
+      Link l = attach_uprobe(prog, {t.path, t.offsets[i], t.pid, t.cookies[i], ret}, &err);
+      if (l) {
+        links_.push_back(std::move(l));
+        sites_++;
+      } else {
+        attach_failures_++;
+      }
+    }
+  };
+  if (!sites.offsets.empty()) {
+    for (pid_t pid : pids) {
+      sites.pid = pid;
+      attach(skel_->progs.gs_enter, sites, false);
+      if (!o_.hide_exits) attach(skel_->progs.gs_exit, sites, true);
+    }
+  }
+  if (o_.verbose || (!err.empty() && links_.size() == before))
+    fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in,
+            sites.offsets.size(), err.empty() ? "" : ", attach failed: ", err.c_str());
 }
 
 void Tracer::handle(const void* data, size_t size) {
   if (size < sizeof(gs_call_event)) return;
-  const auto& e = *static_cast<const gs_call_event*>(data);
+  gs_call_event e;
+  memcpy(&e, data, sizeof e);
+  normalize_event(e);
   delivered_++;
   if (e.phase == GS_PHASE_EXIT && o_.hide_exits) return;
   if (o_.json)
@@ -133,14 +168,14 @@ void Tracer::summary() {
         .num("lost_ringbuf_full", lost_rb)
         .num("untracked_calls_state_full", lost_state)
         .num("objects", objects_)
-        .num("probes", links_.size())
+        .num("probes", sites_)
         .num("attach_failures", attach_failures_)
         .end();
   } else {
     fmt::format_to(std::back_inserter(out_.buf()),
                    "\n{} events delivered, {} lost (ring buffer full); {} calls without exit state (map full); "
                    "{} probes in {} objects\n",
-                   delivered_, lost_rb, lost_state, links_.size(), objects_);
+                   delivered_, lost_rb, lost_state, sites_, objects_);
   }
   out_.flush();
 }
@@ -168,7 +203,7 @@ int Tracer::run() {
   RingBuffer rb(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
   StopControl stop(o_.duration_s);
   fprintf(stderr, "gpuscope: tracing %zu probes in %zu CUDA objects; new copies are picked up as they are mapped. Ctrl-C to end.\n",
-          links_.size(), objects_);
+          sites_, objects_);
   if (!o_.json) format_table_header(fmt_, out_.buf());
   out_.flush();
 
@@ -188,6 +223,7 @@ int Tracer::run() {
   }
   rb.drain();
   summary();
+  destroy_links(links_);
   return 0;
 }
 

@@ -38,6 +38,9 @@ std::vector<bool> select_apis(const std::vector<std::string>& names, const std::
 // Symbol suffixes that select the per-thread default stream variants.
 extern const char* const kApiVariantSuffixes[3];
 
+// Fills in `fields` from the API row and moves an exit's out value to its member.
+void normalize_event(gs_call_event& e);
+
 struct FormatContext {
   int64_t realtime_offset_ns = 0;
   bool timestamps = true;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# usage: tests/gpu/run.sh GPUSCOPE_BIN [OUT_DIR]
+# Runs every tests/gpu/checks/*.sh on the GPU host (as root; mounts nothing). Each check
+# gets the binary and OUT_DIR/<check>/ for its raw outputs (traces, workload output,
+# profiler traces, figures.json) and prints PASS/FAIL/SKIP; its full log is kept in
+# OUT_DIR/<check>.log. Ends with "N passed, M failed, K skipped"; exits 1 if any failed.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+[[ $# -ge 1 ]] || { echo "usage: $0 GPUSCOPE_BIN [OUT_DIR]" >&2; exit 2; }
+BIN=$(realpath "$1")
+OUT=$(mkdir -p "${2:-/tmp/gpuscope-gpu}" && cd "${2:-/tmp/gpuscope-gpu}" && pwd)
+[[ -x $BIN ]] || { echo "not executable: $BIN" >&2; exit 2; }
+[[ $(id -u) == 0 ]] || echo "warning: not root; gpuscope needs root (or CAP_BPF+CAP_PERFMON)" >&2
+
+# Per-check wall-clock limits (seconds); the suite stays under 8 minutes.
+declare -A LIMIT=([10_trace_pytorch]=210 [20_trace_known_launch]=90 [30_trace_overhead]=150)
+passed=0 failed=0 skipped=0
+{
+  echo "date: $(date -Is)"
+  echo "gpuscope: $BIN ($("$BIN" --version 2>&1 || true))"
+  echo "kernel: $(uname -r)"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+  fi
+} | tee "$OUT/host.txt"
+
+for check in "$HERE"/checks/*.sh; do
+  name=$(basename "$check" .sh)
+  limit=${LIMIT[$name]:-120}
+  echo "== $name (limit ${limit}s)"
+  rc=0
+  CHECK_NAME=$name timeout -k 10 "$limit" bash "$check" "$BIN" "$OUT/$name" 2>&1 | tee "$OUT/$name.log" || rc=$?
+  verdict=$(grep -E "^(PASS|FAIL|SKIP) $name:" "$OUT/$name.log" | tail -n1 || true)
+  if [[ $rc == 0 && $verdict == PASS* ]]; then
+    passed=$((passed + 1))
+  elif [[ $rc == 77 && $verdict == SKIP* ]]; then
+    skipped=$((skipped + 1))
+  else
+    failed=$((failed + 1))
+    if [[ $verdict != FAIL* ]]; then
+      case $rc in
+        124 | 137) why="timed out after ${limit}s" ;;
+        *) why="exited with $rc without a verdict" ;;
+      esac
+      echo "FAIL $name: $why" | tee -a "$OUT/$name.log"
+    fi
+  fi
+done
+echo "$passed passed, $failed failed, $skipped skipped" | tee "$OUT/summary.txt"
+echo "raw outputs: $OUT" >&2
+[[ $failed == 0 ]]

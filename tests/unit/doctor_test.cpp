@@ -1,0 +1,181 @@
+// Runs the built `gpuscope doctor` and checks its report against facts of this host.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef GPUSCOPE_BIN
+#error "GPUSCOPE_BIN must name the gpuscope binary"
+#endif
+
+namespace {
+
+using nlohmann::json;
+
+bool exists(const char* p) { return access(p, F_OK) == 0; }
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+Result run(const std::string& cmd) {
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+struct Report {
+  int status = -1;
+  std::map<std::string, json> checks, subcommands;
+  std::vector<json> libraries;
+};
+
+Report doctor(const std::string& prefix = "") {
+  Result r = run(prefix + GPUSCOPE_BIN " doctor --json");
+  Report rep;
+  rep.status = r.status;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);  // throws, failing the test, on a line that is not JSON
+    auto type = j.at("type").get<std::string>();
+    if (type == "check")
+      rep.checks[j.at("name")] = j;
+    else if (type == "subcommand")
+      rep.subcommands[j.at("name")] = j;
+    else if (type == "library")
+      rep.libraries.push_back(j);
+    else
+      ADD_FAILURE() << "unknown line type: " << line;
+  }
+  return rep;
+}
+
+const Report& report() {
+  static Report r = doctor();
+  return r;
+}
+
+bool root() { return geteuid() == 0; }
+
+TEST(Doctor, ExitsZeroWithEveryCheckAndSubcommand) {
+  ASSERT_EQ(report().status, 0);
+  for (const char* c : {"kernel", "btf", "uprobes", "kprobes", "fentry", "raw_tp", "tp_btf", "ringbuf",
+                        "perf_events", "tracefs", "bpffs", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN",
+                        "privileges", "nvml", "nvidia", "nvidia_uvm"}) {
+    ASSERT_TRUE(report().checks.count(c)) << c;
+    EXPECT_TRUE(report().checks.at(c).at("ok").is_boolean()) << c;
+  }
+  for (const char* s :
+       {"trace", "latency", "kernels", "memleak", "ioctl", "uvm", "starvation", "bridge", "agent"}) {
+    ASSERT_TRUE(report().subcommands.count(s)) << s;
+    auto st = report().subcommands.at(s).at("status").get<std::string>();
+    EXPECT_TRUE(st == "ok" || st == "partial" || st == "unavailable") << s << ": " << st;
+    EXPECT_EQ(st == "ok", report().subcommands.at(s).at("reason").get<std::string>().empty()) << s;
+  }
+}
+
+TEST(Doctor, KernelAndBtf) {
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  EXPECT_EQ(report().checks.at("kernel").at("detail"), u.release);
+  EXPECT_EQ(report().checks.at("btf").at("ok"), exists("/sys/kernel/btf/vmlinux"));
+}
+
+TEST(Doctor, ProbeSupport) {
+  if (root()) {
+    EXPECT_EQ(report().checks.at("uprobes").at("ok"), exists("/sys/bus/event_source/devices/uprobe/type"));
+  }
+  bool kprobe_pmu = exists("/sys/bus/event_source/devices/kprobe");
+  if (!kprobe_pmu || root()) {
+    EXPECT_EQ(report().checks.at("kprobes").at("ok"), kprobe_pmu);
+  }
+}
+
+TEST(Doctor, Subcommands) {
+  if (root() && exists("/sys/kernel/btf/vmlinux")) {
+    EXPECT_EQ(report().subcommands.at("trace").at("status"), "ok");
+  }
+  if (!exists("/sys/module/nvidia_uvm")) {
+    EXPECT_EQ(report().subcommands.at("uvm").at("status"), "unavailable");
+  }
+}
+
+TEST(Doctor, Nvml) {
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  auto& nvml = report().checks.at("nvml");
+  if (!h) {
+    EXPECT_FALSE(nvml.at("ok"));
+    EXPECT_EQ(nvml.at("detail"), "libnvidia-ml.so.1 not found");
+  } else {
+    EXPECT_NE(nvml.at("detail"), "libnvidia-ml.so.1 not found");
+    dlclose(h);
+  }
+}
+
+TEST(Doctor, FindsTheToolkitCudart) {
+  const char* lib = "/usr/local/cuda/lib64/libcudart.so.13";
+  struct stat want;
+  if (stat(lib, &want) != 0) GTEST_SKIP() << lib << " not installed";
+  bool found = false;
+  for (auto& l : report().libraries) {
+    struct stat st;
+    if (stat(l.at("path").get<std::string>().c_str(), &st) == 0 && st.st_dev == want.st_dev &&
+        st.st_ino == want.st_ino) {
+      found = true;
+      EXPECT_GT(l.at("api_symbols").get<int>(), 0);
+      EXPECT_FALSE(l.at("static_cudart"));
+    }
+  }
+  EXPECT_TRUE(found) << lib << " is not among the libraries listed";
+}
+
+TEST(Doctor, ChangesNothing) {
+  auto snapshot = [] {
+    std::ifstream m("/proc/self/mounts");
+    std::string mounts((std::istreambuf_iterator<char>(m)), {});
+    return run("bpftool prog list 2>&1").out + "\n--\n" + run("ls -a /sys/fs/bpf 2>&1").out + "\n--\n" + mounts;
+  };
+  auto before = snapshot();
+  EXPECT_EQ(run(GPUSCOPE_BIN " doctor >/dev/null").status, 0);
+  EXPECT_EQ(run(GPUSCOPE_BIN " doctor --json >/dev/null").status, 0);
+  EXPECT_EQ(snapshot(), before);
+}
+
+TEST(Doctor, TextReport) {
+  Result r = run(GPUSCOPE_BIN " doctor");
+  EXPECT_EQ(r.status, 0);
+  for (const char* s :
+       {"System\n", "Probes\n", "Mounts\n", "Privileges\n", "NVIDIA\n", "CUDA libraries (", "Subcommands\n"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+}
+
+TEST(Doctor, WithoutPrivileges) {
+  if (!root() || run("command -v setpriv >/dev/null").status != 0) GTEST_SKIP() << "needs root and setpriv";
+  Report r = doctor("setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all ");
+  ASSERT_EQ(r.status, 0);
+  if (r.checks.empty()) GTEST_SKIP() << "gpuscope is not executable by uid 65534";
+  EXPECT_FALSE(r.checks.at("privileges").at("ok"));
+  EXPECT_FALSE(r.checks.at("CAP_SYS_ADMIN").at("ok"));
+  auto& trace = r.subcommands.at("trace");
+  EXPECT_EQ(trace.at("status"), "unavailable");
+  EXPECT_NE(trace.at("reason").get<std::string>().find("needs root"), std::string::npos);
+}
+
+}  // namespace
