@@ -123,7 +123,10 @@ int RingBuffer::trampoline(void* ctx, void* data, size_t size) {
 
 int RingBuffer::poll(int timeout_ms) {
   int n = ring_buffer__poll(rb_, timeout_ms);
-  return n == -EINTR ? 0 : n;
+  if (n < 0 && n != -EINTR) return n;
+  // Producers may submit without waking us (see the BPF side); take what is there anyway.
+  int m = ring_buffer__consume(rb_);
+  return (n > 0 ? n : 0) + (m > 0 ? m : 0);
 }
 
 int RingBuffer::drain() { return ring_buffer__consume(rb_); }

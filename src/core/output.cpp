@@ -5,7 +5,11 @@
 namespace gpuscope {
 
 void json_escape(fmt::memory_buffer& out, std::string_view s) {
-  for (unsigned char c : s) {
+  size_t clean = 0;
+  while (clean < s.size() && static_cast<unsigned char>(s[clean]) >= 0x20 && s[clean] != '"' && s[clean] != '\\')
+    clean++;
+  out.append(s.substr(0, clean));
+  for (unsigned char c : s.substr(clean)) {
     switch (c) {
       case '"': out.append(std::string_view("\\\"")); break;
       case '\\': out.append(std::string_view("\\\\")); break;
@@ -18,6 +22,29 @@ void json_escape(fmt::memory_buffer& out, std::string_view s) {
           out.push_back(static_cast<char>(c));
     }
   }
+}
+
+char* json_escape_to(char* p, std::string_view s) {
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *p++ = static_cast<char>(c);
+      continue;
+    }
+    *p++ = '\\';
+    switch (c) {
+      case '"': *p++ = '"'; break;
+      case '\\': *p++ = '\\'; break;
+      case '\n': *p++ = 'n'; break;
+      case '\t': *p++ = 't'; break;
+      default:
+        *p++ = 'u';
+        *p++ = '0';
+        *p++ = '0';
+        *p++ = "0123456789abcdef"[c >> 4];
+        *p++ = "0123456789abcdef"[c & 15];
+    }
+  }
+  return p;
 }
 
 void Writer::flush() {

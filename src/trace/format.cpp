@@ -84,18 +84,32 @@ void normalize_event(gs_call_event& e) {
 
 static std::string comm_str(const char* c) { return std::string(c, strnlen(c, GS_COMM_LEN)); }
 
+static std::string_view comm_view(const char* c) { return std::string_view(c, strnlen(c, GS_COMM_LEN)); }
+
 static std::string ret_name(const gs_call_event& e) {
   return e.layer == GS_LAYER_RUNTIME ? cuda_runtime_error_name(e.ret) : cuda_driver_error_name(e.ret);
+}
+
+static void put_ret_name(JsonLine& j, const gs_call_event& e) {
+  const char* n = e.layer == GS_LAYER_RUNTIME ? cuda_runtime_error_cstr(e.ret) : cuda_driver_error_cstr(e.ret);
+  if (n)
+    j.str("ret_name", n);
+  else
+    j.str("ret_name", ret_name(e));
 }
 
 void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out) {
   JsonLine j(out);
   if (ctx.timestamps) j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns);
-  j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_str(e.comm)).str("thread", comm_str(e.thread));
+  j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_view(e.comm)).str("thread", comm_view(e.thread));
   if (ctx.cgroups) j.str("cgroup", ctx.cgroups->path(e.cgroup_id));
   j.str("layer", layer_name(e.layer)).str("api", api_symbol(e.api));
   j.str("phase", e.phase == GS_PHASE_ENTER ? "enter" : "exit");
-  if (e.phase == GS_PHASE_EXIT) j.num("ret", e.ret).str("ret_name", ret_name(e)).num("dur_ns", e.dur_ns);
+  if (e.phase == GS_PHASE_EXIT) {
+    j.num("ret", e.ret);
+    put_ret_name(j, e);
+    j.num("dur_ns", e.dur_ns);
+  }
   const auto& a = e.args;
   const uint32_t f = e.fields;
   if (f & GS_F_SIZE) j.num("size", a.size_bytes);
@@ -126,8 +140,12 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
   if (ctx.timestamps) {
     int64_t ns = static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns;
     time_t secs = ns / 1000000000;
-    struct tm tm;
-    localtime_r(&secs, &tm);
+    // localtime_r consults the time zone each call; one lookup per second of events is enough.
+    if (secs != ctx.tm_secs) {
+      localtime_r(&secs, &ctx.tm_cache);
+      ctx.tm_secs = secs;
+    }
+    const struct tm& tm = ctx.tm_cache;
     fmt::format_to(it, "{:02}:{:02}:{:02}.{:06} ", tm.tm_hour, tm.tm_min, tm.tm_sec, (ns % 1000000000) / 1000);
   }
   fmt::format_to(it, "{:<16} {:>7} {:>7} {:<7} {:<28} {:<5} ", comm_str(e.comm), e.pid, e.tid, layer_name(e.layer),

@@ -102,6 +102,18 @@ static __always_inline struct gs_call_event *reserve(struct task_struct *task, _
 	return e;
 }
 
+/* Waking the consumer costs an IPI and a context switch per record, several times the
+ * uprobe itself. Records are submitted silently until a batch has built up; the consumer
+ * also drains on its poll timeout, so a quiet trickle still shows within that timeout. */
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
+static __always_inline void submit(struct gs_call_event *e)
+{
+	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+										    : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
 static __always_inline bool is_captured(__u32 pid, __u64 stream)
 {
 	struct capture_key k = {.pid = pid, .stream = stream};
@@ -247,7 +259,7 @@ int gs_enter(struct pt_regs *ctx)
 		if (is_captured(e->pid, a->stream))
 			e->fields |= GS_F_CAPTURED;
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -295,7 +307,7 @@ int gs_exit(struct pt_regs *ctx)
 		e->args.ptr = v; /* userspace moves it to the member the row's `out` names */
 		e->fields = GS_F_OUT;
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 

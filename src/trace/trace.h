@@ -1,6 +1,8 @@
 #pragma once
 #include <sys/types.h>
 
+#include <time.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +47,8 @@ struct FormatContext {
   int64_t realtime_offset_ns = 0;
   bool timestamps = true;
   CgroupNames* cgroups = nullptr;
+  time_t tm_secs = -1;
+  struct tm tm_cache {};
 };
 void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out);
 void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out);

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what gpuscope builds and tests with (Debian 12 packages). Idempotent.
+set -euo pipefail
+pkgs=(cmake make g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
+      libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev libgtest-dev libbenchmark-dev
+      python3 util-linux libcap2-bin)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "deps: the CUDA 13 toolkit (nvcc, libcudart.so.13, cuda.h) is expected in /usr/local/cuda" >&2
+  exit 1
+fi
