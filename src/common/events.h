@@ -62,7 +62,7 @@ struct gs_call_event {
 	__u8 layer;   /* enum gs_layer */
 	__u8 phase;   /* enum gs_phase */
 	__u32 reserved;
-	char comm[GS_COMM_LEN];   /* process (thread-group leader) name */
+	char comm[GS_COMM_LEN];   /* process name: filled in by userspace, not BPF */
 	char thread[GS_COMM_LEN]; /* calling thread's name */
 	struct gs_call_args args;
 };

@@ -122,6 +122,22 @@ bool StopControl::should_stop() const {
   return deadline_ && std::chrono::steady_clock::now() >= *deadline_;
 }
 
+std::string_view ProcessNames::name(uint32_t pid, uint32_t tid, std::string_view thread) {
+  if (names_.size() > 65536) names_.clear();  // bounded: pids of exited processes go eventually
+  auto it = names_.find(pid);
+  if (pid == tid) {
+    if (it == names_.end())
+      it = names_.emplace(pid, std::string(thread)).first;
+    else if (it->second != thread)
+      it->second.assign(thread);
+    return it->second;
+  }
+  if (it != names_.end()) return it->second;
+  std::string n = proc_comm(static_cast<pid_t>(pid));
+  if (n.empty()) n.assign(thread);
+  return names_.emplace(pid, std::move(n)).first->second;
+}
+
 const std::string& CgroupNames::path(uint64_t id) {
   auto it = names_.find(id);
   if (it != names_.end()) return it->second;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +42,18 @@ class StopControl {
 
  private:
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+};
+
+// Process names by pid, read from /proc once and kept: BPF reports only the calling
+// thread's name, and the main thread's name is the process's.
+class ProcessNames {
+ public:
+  // `thread` is the caller's name; when tid == pid it is the process name itself.
+  std::string_view name(uint32_t pid, uint32_t tid, std::string_view thread);
+  void forget(uint32_t pid) { names_.erase(pid); }
+
+ private:
+  std::unordered_map<uint32_t, std::string> names_;
 };
 
 // Maps cgroup ids (cgroup v2 inode numbers) to paths under /sys/fs/cgroup.

@@ -66,11 +66,13 @@ static __always_inline void count_drop(__u32 why)
 		*n += 1;
 }
 
-static __always_inline bool comm_matches(struct task_struct *task)
+static __always_inline bool comm_matches(void)
 {
+	struct task_struct *task;
 	char comm[GS_COMM_LEN];
 	if (!filter_comm)
 		return true;
+	task = (struct task_struct *)bpf_get_current_task();
 	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
 	for (int i = 0; i < GS_COMM_LEN; i++) {
 		if (comm[i] != target_comm[i])
@@ -81,16 +83,20 @@ static __always_inline bool comm_matches(struct task_struct *task)
 	return true;
 }
 
-static __always_inline struct gs_call_event *reserve(struct task_struct *task, __u64 id,
-						     __u16 api, __u8 layer, __u8 phase)
+static __always_inline struct gs_call_event *reserve(__u64 id, __u16 api, __u8 layer, __u8 phase)
 {
 	struct gs_call_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(GS_DROP_RINGBUF);
 		return NULL;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
+	/* No memset: every header member is written, and userspace reads only the args
+	 * members the API row names. */
 	e->ts_boot_ns = bpf_ktime_get_boot_ns();
+	e->dur_ns = 0;
+	e->fields = 0;
+	e->ret = 0;
+	e->reserved = 0;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->api = api;
@@ -98,7 +104,6 @@ static __always_inline struct gs_call_event *reserve(struct task_struct *task, _
 	e->phase = phase;
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->thread, sizeof(e->thread));
-	BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
 	return e;
 }
 
@@ -114,10 +119,30 @@ static __always_inline void submit(struct gs_call_event *e)
 	bpf_ringbuf_submit(e, flags);
 }
 
+/* Streams under capture, host-wide; launches look the map up only while it is non-empty. */
+__s64 captures_active = 0;
+
 static __always_inline bool is_captured(__u32 pid, __u64 stream)
 {
 	struct capture_key k = {.pid = pid, .stream = stream};
+	if (captures_active <= 0)
+		return false;
 	return bpf_map_lookup_elem(&capturing, &k) != NULL;
+}
+
+static __always_inline void capture_begin(__u32 pid, __u64 stream)
+{
+	struct capture_key k = {.pid = pid, .stream = stream};
+	__u8 one = 1;
+	if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&captures_active, 1);
+}
+
+static __always_inline void capture_end(__u32 pid, __u64 stream)
+{
+	struct capture_key k = {.pid = pid, .stream = stream};
+	if (bpf_map_delete_elem(&capturing, &k) == 0)
+		__sync_fetch_and_sub(&captures_active, 1);
 }
 
 #define ARG(slot) gs_arg_at(&regs, (slot) - 1)
@@ -141,6 +166,7 @@ static __always_inline void decode_launch(const struct gs_args *r, __u8 special,
 {
 	struct gs_call_args *a = &e->args;
 	__u64 cfg, v;
+	__u64 stk[3] = {};
 	__u32 ex[14];
 
 	switch (special) {
@@ -155,8 +181,10 @@ static __always_inline void decode_launch(const struct gs_args *r, __u8 special,
 		a->block[0] = (__u32)v;
 		a->block[1] = v >> 32;
 		a->block[2] = (__u32)r->reg[4];
-		a->shared_mem_bytes = (__u32)gs_arg_at(r, 6);
-		a->stream = gs_arg_at(r, 7);
+		/* Arguments 7 and 8 (smem, stream) are adjacent stack slots: one read. */
+		bpf_probe_read_user(stk, 16, (void *)(r->sp + 8));
+		a->shared_mem_bytes = (__u32)stk[0];
+		a->stream = stk[1];
 		break;
 	case GS_SP_CU_LAUNCH:
 		a->func = r->reg[0];
@@ -165,9 +193,10 @@ static __always_inline void decode_launch(const struct gs_args *r, __u8 special,
 		a->grid[2] = r->reg[3];
 		a->block[0] = r->reg[4];
 		a->block[1] = r->reg[5];
-		a->block[2] = gs_arg_at(r, 6);
-		a->shared_mem_bytes = gs_arg_at(r, 7);
-		a->stream = gs_arg_at(r, 8);
+		bpf_probe_read_user(stk, 24, (void *)(r->sp + 8)); /* bz, smem, stream */
+		a->block[2] = stk[0];
+		a->shared_mem_bytes = stk[1];
+		a->stream = stk[2];
 		break;
 	case GS_SP_RT_LAUNCH_EX:
 	case GS_SP_CU_LAUNCH_EX:
@@ -196,7 +225,6 @@ int gs_enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	const struct gs_api_desc *d;
 	struct gs_call_event *e;
 	struct gs_call_args *a;
@@ -205,7 +233,7 @@ int gs_enter(struct pt_regs *ctx)
 	if (api >= GS_API_COUNT)
 		return 0;
 	d = &apis[api];
-	if (!comm_matches(task))
+	if (!comm_matches())
 		return 0;
 	gs_args_load(ctx, &regs);
 
@@ -226,18 +254,14 @@ int gs_enter(struct pt_regs *ctx)
 		if (bpf_map_update_elem(&calls, &key, &fresh, BPF_NOEXIST))
 			count_drop(GS_DROP_STATE_FULL);
 	}
-	if (d->special == GS_SP_CAPTURE_END || (!emit_exit && d->special == GS_SP_CAPTURE_BEGIN)) {
-		struct capture_key k = {.pid = id >> 32, .stream = ARG(d->stream)};
-		__u8 one = 1;
-		if (d->special == GS_SP_CAPTURE_END)
-			bpf_map_delete_elem(&capturing, &k);
-		else
-			bpf_map_update_elem(&capturing, &k, &one, BPF_ANY);
-	}
+	if (d->special == GS_SP_CAPTURE_END)
+		capture_end(id >> 32, ARG(d->stream));
+	else if (!emit_exit && d->special == GS_SP_CAPTURE_BEGIN)
+		capture_begin(id >> 32, ARG(d->stream));
 	if (!emit_enter)
 		return 0;
 
-	e = reserve(task, id, api, d->layer, GS_PHASE_ENTER);
+	e = reserve(id, api, d->layer, GS_PHASE_ENTER);
 	if (!e)
 		return 0;
 	/* Which members apply follows from the API row, so userspace derives it: setting
@@ -268,7 +292,6 @@ int gs_exit(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	const struct gs_api_desc *d;
 	struct call_state st;
 	struct call_state *cur;
@@ -291,13 +314,10 @@ int gs_exit(struct pt_regs *ctx)
 		return 0;
 	d = &apis[st.api];
 
-	if (d->special == GS_SP_CAPTURE_BEGIN && ret == 0) {
-		struct capture_key k = {.pid = id >> 32, .stream = st.stream};
-		__u8 one = 1;
-		bpf_map_update_elem(&capturing, &k, &one, BPF_ANY);
-	}
+	if (d->special == GS_SP_CAPTURE_BEGIN && ret == 0)
+		capture_begin(id >> 32, st.stream);
 
-	e = reserve(task, id, st.api, d->layer, GS_PHASE_EXIT);
+	e = reserve(id, st.api, d->layer, GS_PHASE_EXIT);
 	if (!e)
 		return 0;
 	e->ret = ret;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -49,6 +50,7 @@ class Tracer {
   Writer out_;
   FormatContext fmt_;
   CgroupNames cgroups_;
+  ProcessNames names_;
   uint64_t delivered_ = 0;
   size_t objects_ = 0;
   size_t attach_failures_ = 0;
@@ -149,6 +151,9 @@ void Tracer::handle(const void* data, size_t size) {
   gs_call_event e;
   memcpy(&e, data, sizeof e);
   normalize_event(e);
+  auto pname = names_.name(e.pid, e.tid, std::string_view(e.thread, strnlen(e.thread, GS_COMM_LEN)));
+  memset(e.comm, 0, sizeof e.comm);
+  memcpy(e.comm, pname.data(), std::min(pname.size(), sizeof e.comm - 1));
   delivered_++;
   if (e.phase == GS_PHASE_EXIT && o_.hide_exits) return;
   if (o_.json)

@@ -146,11 +146,24 @@ pid_t ready_pid(Process& p) {
   return static_cast<pid_t>(std::stol(s.substr(s.find("ready pid=") + 10)));
 }
 
-std::string bpf_state() {
+static std::string bpf_state_once() {
   auto a = run({"bpftool", "prog", "list"});
   auto b = run({"bpftool", "link", "list"});
   auto c = run({"ls", "-R", "/sys/fs/bpf"});
   return a.out + "\n--\n" + b.out + "\n--\n" + c.out;
+}
+
+// The kernel frees programs of exited processes after an RCU grace period; a state counts
+// once two reads 300 ms apart agree.
+std::string bpf_state() {
+  std::string a = bpf_state_once(), b;
+  for (int i = 0; i < 30; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    b = bpf_state_once();
+    if (a == b) break;
+    a = b;
+  }
+  return a;
 }
 
 std::string gpuscope_bin() { return GPUSCOPE_BIN; }

@@ -1,6 +1,9 @@
 // Runs the built `gpuscope doctor` and checks its report against facts of this host.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -152,10 +155,22 @@ TEST(Doctor, ChangesNothing) {
     std::string mounts((std::istreambuf_iterator<char>(m)), {});
     return run("bpftool prog list 2>&1").out + "\n--\n" + run("ls -a /sys/fs/bpf 2>&1").out + "\n--\n" + mounts;
   };
-  auto before = snapshot();
+  // The kernel frees a closed program after an RCU grace period, so a snapshot counts only
+  // once two reads 300 ms apart agree (programs of earlier tests are still going away).
+  auto settled = [&] {
+    std::string a = snapshot(), b;
+    for (int i = 0; i < 30; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      b = snapshot();
+      if (a == b) break;
+      a = b;
+    }
+    return a;
+  };
+  auto before = settled();
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor >/dev/null").status, 0);
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor --json >/dev/null").status, 0);
-  EXPECT_EQ(snapshot(), before);
+  EXPECT_EQ(settled(), before);
 }
 
 TEST(Doctor, TextReport) {

@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
 # usage: 30_trace_overhead.sh GPUSCOPE_BIN OUT_DIR
-# Placeholder: launch overhead with and without gpuscope attached, using tests/gpu/bin/
-# bench_launch (provided by the lead). Its interface is not fixed yet; for now it is run
-# with no arguments, once untraced and once traced, its stdout saved and its last line of
-# each run reported. No threshold is applied. SKIP (exit 77) while the binary is missing.
+# Host-side cost of real kernel launches (tests/gpu/bin/launch_loop, an empty kernel in a loop)
+# under gpuscope trace, against bare counting uprobes on the same sites, in one run
+# (tests/gpu/bin/trace_overhead, built from bench/trace_overhead.cpp). Reports the ratios.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-export GPUSCOPE=$1 # used by start_tracer
+GPUSCOPE=$1
 OUT=$2
-PROG=$GPU_TESTS_DIR/bin/bench_launch
+PROG=$GPU_TESTS_DIR/bin/launch_loop
+BENCH=$GPU_TESTS_DIR/bin/trace_overhead
 mkdir -p "$OUT"
-[[ -x $PROG ]] || skip "bench_launch missing ($PROG)"
-
+[[ -x $PROG ]] || skip "launch_loop missing ($PROG)"
+[[ -x $BENCH ]] || skip "trace_overhead missing ($BENCH)"
 probe_libs_for "$PROG" "$OUT/ldd.txt"
-rc=0
-timeout 90 "$PROG" >"$OUT/untraced.out" 2>"$OUT/untraced.err" || rc=$?
-[[ $rc == 0 ]] || fail "untraced run exited with $rc: $(tail -c 300 "$OUT/untraced.err" | tr '\n' ' ')"
-start_tracer "$OUT/trace" -c "$(basename "$PROG" | cut -c1-15)" "${PROBE_LIBS[@]}" -d 120
-timeout 90 "$PROG" >"$OUT/traced.out" 2>"$OUT/traced.err" || rc=$?
-stop_tracer "$OUT/trace"
-[[ $rc == 0 ]] || fail "traced run exited with $rc: $(tail -c 300 "$OUT/traced.err" | tr '\n' ' ')"
-pass "untraced: $(tail -n1 "$OUT/untraced.out"); traced: $(tail -n1 "$OUT/traced.out"); $(grep -h '"type":"summary"' "$OUT/trace.jsonl")"
+timeout 240 "$BENCH" --gpuscope "$GPUSCOPE" --rounds 5 --workload "$PROG 1000" "${PROBE_LIBS[@]}" \
+  >"$OUT/overhead.txt" 2>"$OUT/overhead.err" || fail "trace_overhead failed: $(tail -c 300 "$OUT/overhead.err")"
+cat "$OUT/overhead.txt" >&2
+timeout 240 "$BENCH" --json --gpuscope "$GPUSCOPE" --rounds 3 --workload "$PROG 1000" "${PROBE_LIBS[@]}" \
+  >"$OUT/overhead.json" 2>>"$OUT/overhead.err" || true
+pass "$(grep -E 'added cost|per call' "$OUT/overhead.txt" | tr -s ' ' | tr '\n' ';')"
