@@ -114,9 +114,12 @@ const volatile __u64 wakeup_bytes = 64 * 1024;
 
 static __always_inline void submit(struct gs_call_event *e)
 {
-	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-										    : BPF_RB_NO_WAKEUP;
-	bpf_ringbuf_submit(e, flags);
+	/* Wake only when this record carries the backlog across the threshold: waking on
+	 * every record above it would put an IPI on each call while the consumer catches up. */
+	const __u64 rec = sizeof(*e) + 8 /* ring buffer record header */;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, avail >= wakeup_bytes && avail < wakeup_bytes + rec ? BPF_RB_FORCE_WAKEUP
+										  : BPF_RB_NO_WAKEUP);
 }
 
 /* Streams under capture, host-wide; launches look the map up only while it is non-empty. */

@@ -70,6 +70,7 @@ void Tracer::open_and_load() {
       ro->filter_comm = true;
       strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
     }
+    ro->wakeup_bytes = std::min<uint64_t>(64 * 1024, o_.ringbuf_kb * 1024u / 4);
     if (bpf_map__set_max_entries(skel_->maps.events, o_.ringbuf_kb * 1024u) != 0)
       throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
     if (o_.hide_exits) bpf_program__set_autoload(skel_->progs.gs_thread_exit, false);
