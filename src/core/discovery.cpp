@@ -57,13 +57,22 @@ std::optional<CudaObject> Discovery::consider(const std::string& path, const std
   return CudaObject{st.st_dev, st.st_ino, path, open_path, pid, std::move(syms)};
 }
 
-std::vector<CudaObject> Discovery::scan_processes() {
+std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only) {
   std::vector<CudaObject> found;
-  auto pids = pids_.empty() ? list_pids() : pids_;
+  auto pids = only ? *only : pids_.empty() ? list_pids() : pids_;
   const pid_t self = getpid();
   for (pid_t pid : pids) {
     if (pid == self) continue;
     for (auto& m : exec_mappings(pid)) {
+      std::string_view base = std::string_view(m.path).substr(m.path.rfind('/') + 1);
+      if (base.rfind("ld-linux", 0) == 0 && loaders_seen_.insert({m.dev, m.ino}).second) {
+        std::string open_path = "/proc/" + std::to_string(pid) + "/root" + m.path;
+        try {
+          auto syms = ElfSymbols::read(open_path, [](std::string_view n) { return n == "_dl_debug_state"; });
+          if (auto* s = syms.find("_dl_debug_state")) new_loaders_.push_back({open_path, s->file_offset});
+        } catch (const std::exception&) {
+        }
+      }
       // The maps line already names the inode: skip known files without a stat.
       if (seen_.count({m.dev, m.ino})) continue;
       auto obj = consider(m.path, "/proc/" + std::to_string(pid) + "/root" + m.path, pid);
@@ -71,6 +80,12 @@ std::vector<CudaObject> Discovery::scan_processes() {
     }
   }
   return found;
+}
+
+std::vector<Discovery::Loader> Discovery::take_new_loaders() {
+  std::vector<Loader> out;
+  out.swap(new_loaders_);
+  return out;
 }
 
 std::vector<CudaObject> Discovery::scan_ld_cache() {

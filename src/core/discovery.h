@@ -30,8 +30,16 @@ class Discovery {
   using Wanted = ElfSymbols::Filter;
   Discovery(Wanted wanted, std::vector<pid_t> pids);
 
-  // New objects mapped by the watched processes (all processes when no pid was given).
-  std::vector<CudaObject> scan_processes();
+  // New objects mapped by the watched processes (all processes when no pid was given), or
+  // by just `only` when given.
+  std::vector<CudaObject> scan_processes(const std::vector<pid_t>* only = nullptr);
+  // Dynamic linkers (ld-linux*) seen mapped since the last call, each inode once, with the
+  // file offset of _dl_debug_state, which they call around every dlopen and dlclose.
+  struct Loader {
+    std::string open_path;
+    uint64_t debug_state_offset;
+  };
+  std::vector<Loader> take_new_loaders();
   // libcudart/libcuda known to the dynamic linker cache.
   std::vector<CudaObject> scan_ld_cache();
   // --lib PATH; throws UsageError when the file is not ELF or defines none of the wanted symbols.
@@ -50,6 +58,8 @@ class Discovery {
   Wanted wanted_;
   std::vector<pid_t> pids_;
   std::set<std::pair<dev_t, ino_t>> seen_;
+  std::set<std::pair<dev_t, ino_t>> loaders_seen_;
+  std::vector<Loader> new_loaders_;
 };
 
 }  // namespace gpuscope

@@ -334,6 +334,37 @@ int gs_exit(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Processes whose mappings may have changed: the dynamic linker calls _dl_debug_state
+ * around every dlopen/dlclose, and exec replaces everything. Userspace rescans just these
+ * pids instead of every process's maps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} maps_changed SEC(".maps");
+
+static __always_inline void mark_maps_changed(void)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u8 one = 1;
+	bpf_map_update_elem(&maps_changed, &pid, &one, BPF_ANY);
+}
+
+SEC("uprobe")
+int gs_dl_change(struct pt_regs *ctx)
+{
+	mark_maps_changed();
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(gs_exec, struct task_struct *p)
+{
+	mark_maps_changed();
+	return 0;
+}
+
 /* A thread that dies inside a probed call never returns through its uretprobe. */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(gs_thread_exit, struct task_struct *p)

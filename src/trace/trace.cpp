@@ -8,6 +8,8 @@
 #include <map>
 #include <unordered_set>
 
+#include <bpf/bpf.h>
+
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/discovery.h"
@@ -41,6 +43,8 @@ class Tracer {
   void open_and_load();
   void attach_object(const CudaObject& obj);
   void handle(const void* data, size_t size);
+  void attach_loaders(Discovery& disc);
+  std::vector<pid_t> changed_pids();
   void summary();
 
   const TraceOptions& o_;
@@ -56,6 +60,8 @@ class Tracer {
   size_t attach_failures_ = 0;
   size_t sites_ = 0;
   bool multi_ = false;
+  bool exec_hook_ = true;
+  size_t loader_hooks_ = 0;
 };
 
 void Tracer::open_and_load() {
@@ -87,6 +93,10 @@ void Tracer::open_and_load() {
       throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
                        " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
   }
+  if (bpf_link* l = bpf_program__attach(skel_->progs.gs_exec))
+    links_.emplace_back(l);
+  else
+    exec_hook_ = false;
   if (!o_.hide_exits) {
     bpf_link* l = bpf_program__attach(skel_->progs.gs_thread_exit);
     if (l)
@@ -147,6 +157,37 @@ void Tracer::attach_object(const CudaObject& obj) {
             sites.offsets.size(), err.empty() ? "" : ", attach failed: ", err.c_str());
 }
 
+void Tracer::attach_loaders(Discovery& disc) {
+  for (const auto& ld : disc.take_new_loaders()) {
+    std::string err;
+    Link l = attach_uprobe(skel_->progs.gs_dl_change, {ld.open_path, ld.debug_state_offset, -1, 0, false}, &err);
+    if (l) {
+      links_.push_back(std::move(l));
+      loader_hooks_++;
+    } else if (o_.verbose) {
+      fprintf(stderr, "gpuscope: cannot watch dlopen in %s: %s\n", ld.open_path.c_str(), err.c_str());
+    }
+  }
+}
+
+// Pids the BPF side saw exec or dlopen/dlclose since the last call.
+std::vector<pid_t> Tracer::changed_pids() {
+  std::vector<pid_t> pids;
+  int fd = bpf_map__fd(skel_->maps.maps_changed);
+  uint32_t key, next;
+  uint32_t* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    pids.push_back(static_cast<pid_t>(next));
+    key = next;
+    prev = &key;
+  }
+  for (pid_t p : pids) {
+    uint32_t k = static_cast<uint32_t>(p);
+    bpf_map_delete_elem(fd, &k);
+  }
+  return pids;
+}
+
 void Tracer::handle(const void* data, size_t size) {
   if (size < sizeof(gs_call_event)) return;
   gs_call_event e;
@@ -205,6 +246,7 @@ int Tracer::run() {
     for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
   for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
   for (const auto& obj : initial) attach_object(obj);
+  if (o_.pids.empty()) attach_loaders(disc);
 
   RingBuffer rb(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
   StopControl stop(o_.duration_s);
@@ -213,14 +255,29 @@ int Tracer::run() {
   if (!o_.json) format_table_header(fmt_, out_.buf());
   out_.flush();
 
-  auto next_scan = std::chrono::steady_clock::now();
+  // Without -p, processes are rescanned when the BPF side says their mappings changed
+  // (exec, or the dynamic linker's dlopen hook), and all of them only every few seconds as
+  // a safety net; with -p, or without those hooks, the watched pids every 400 ms.
+  const bool event_driven = o_.pids.empty() && exec_hook_ && loader_hooks_ > 0;
+  const auto full_period = event_driven ? std::chrono::seconds(5) : std::chrono::milliseconds(400);
+  if (o_.verbose)
+    fprintf(stderr, "gpuscope: library discovery: %s (%zu dynamic-linker hooks, exec hook %s)\n",
+            event_driven ? "on exec/dlopen, full rescan every 5 s" : "rescan every 400 ms", loader_hooks_,
+            exec_hook_ ? "on" : "off");
+  auto next_full = std::chrono::steady_clock::now() + full_period;
   while (!stop.should_stop()) {
     rb.poll(100);
     out_.flush();
     auto now = std::chrono::steady_clock::now();
-    if (now < next_scan) continue;
-    next_scan = now + std::chrono::milliseconds(400);
+    if (event_driven) {
+      auto pids = changed_pids();
+      if (!pids.empty())
+        for (const auto& obj : disc.scan_processes(&pids)) attach_object(obj);
+    }
+    if (now < next_full) continue;
+    next_full = now + full_period;
     for (const auto& obj : disc.scan_processes()) attach_object(obj);
+    attach_loaders(disc);
     if (!o_.pids.empty()) {
       bool any = false;
       for (pid_t p : o_.pids) any |= pid_exists(p);
