@@ -17,7 +17,9 @@ const volatile bool emit_exit = true;
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
 /* Per thread and layer: the outermost probed call in flight. Nested calls of the same
- * layer only bump depth, so each layer reports one event per call. */
+ * layer only bump depth, so each layer reports one event per call. Task-local storage
+ * rather than a hash keyed by tid: it is a pointer away from the task, and the kernel frees
+ * it with the thread, so a thread that dies inside a call leaves nothing behind. */
 struct call_state {
 	__u64 start_ns;
 	__u64 outp;
@@ -27,11 +29,15 @@ struct call_state {
 	__u16 pad;
 };
 
+struct thread_state {
+	struct call_state layer[GS_LAYER_COUNT];
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64); /* tid << 1 | layer */
-	__type(value, struct call_state);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
 } calls SEC(".maps");
 
 struct capture_key {
@@ -241,21 +247,22 @@ int gs_enter(struct pt_regs *ctx)
 	gs_args_load(ctx, &regs);
 
 	if (emit_exit) {
-		__u64 key = ((__u64)(__u32)id << 1) | d->layer;
-		struct call_state *st = bpf_map_lookup_elem(&calls, &key);
-		if (st) {
-			st->depth++;
-			return 0;
-		}
-		struct call_state fresh = {
-			.start_ns = bpf_ktime_get_boot_ns(),
-			.outp = d->outp ? ARG(d->outp) : 0,
-			.stream = d->stream ? ARG(d->stream) : 0,
-			.depth = 1,
-			.api = api,
-		};
-		if (bpf_map_update_elem(&calls, &key, &fresh, BPF_NOEXIST))
+		struct thread_state *ts =
+			bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts) {
 			count_drop(GS_DROP_STATE_FULL);
+		} else {
+			struct call_state *st = &ts->layer[d->layer & 1];
+			if (st->depth) {
+				st->depth++;
+				return 0;
+			}
+			st->start_ns = bpf_ktime_get_boot_ns();
+			st->outp = d->outp ? ARG(d->outp) : 0;
+			st->stream = d->stream ? ARG(d->stream) : 0;
+			st->depth = 1;
+			st->api = api;
+		}
 	}
 	if (d->special == GS_SP_CAPTURE_END)
 		capture_end(id >> 32, ARG(d->stream));
@@ -296,23 +303,27 @@ int gs_exit(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
 	const struct gs_api_desc *d;
+	struct thread_state *ts;
 	struct call_state st;
 	struct call_state *cur;
 	struct gs_call_event *e;
-	__u64 key, v = 0;
+	__u64 v = 0;
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
+
+	__u8 layer;
 
 	if (api >= GS_API_COUNT)
 		return 0;
-	d = &apis[api];
-	key = ((__u64)(__u32)id << 1) | d->layer;
-	cur = bpf_map_lookup_elem(&calls, &key);
-	if (!cur)
+	/* Read the row before the helper call: afterwards the verifier no longer knows the
+	 * compiler's scaled copy of `api` is bounded. */
+	layer = apis[api].layer & 1;
+	ts = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	if (!ts)
 		return 0;
-	if (--cur->depth > 0)
+	cur = &ts->layer[layer];
+	if (cur->depth == 0 || --cur->depth > 0)
 		return 0;
 	st = *cur;
-	bpf_map_delete_elem(&calls, &key);
 	if (st.api >= GS_API_COUNT)
 		return 0;
 	d = &apis[st.api];
@@ -362,17 +373,5 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(gs_exec, struct task_struct *p)
 {
 	mark_maps_changed();
-	return 0;
-}
-
-/* A thread that dies inside a probed call never returns through its uretprobe. */
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(gs_thread_exit, struct task_struct *p)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	__u64 key = (__u64)(__u32)id << 1;
-	bpf_map_delete_elem(&calls, &key);
-	key |= 1;
-	bpf_map_delete_elem(&calls, &key);
 	return 0;
 }

@@ -79,7 +79,6 @@ void Tracer::open_and_load() {
     ro->wakeup_bytes = std::min<uint64_t>(64 * 1024, o_.ringbuf_kb * 1024u / 4);
     if (bpf_map__set_max_entries(skel_->maps.events, o_.ringbuf_kb * 1024u) != 0)
       throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
-    if (o_.hide_exits) bpf_program__set_autoload(skel_->progs.gs_thread_exit, false);
     if (multi) {
       prepare_uprobe_multi(skel_->progs.gs_enter);
       prepare_uprobe_multi(skel_->progs.gs_exit);
@@ -97,13 +96,6 @@ void Tracer::open_and_load() {
     links_.emplace_back(l);
   else
     exec_hook_ = false;
-  if (!o_.hide_exits) {
-    bpf_link* l = bpf_program__attach(skel_->progs.gs_thread_exit);
-    if (l)
-      links_.emplace_back(l);
-    else
-      fprintf(stderr, "gpuscope: warning: tp_btf/sched_process_exit unavailable; state of threads killed inside a CUDA call is reclaimed only when the map is full\n");
-  }
 }
 
 void Tracer::attach_object(const CudaObject& obj) {
