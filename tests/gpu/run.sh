@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# usage: tests/gpu/run.sh GPUSCOPE_BIN [OUT_DIR]
+# usage: tests/gpu/run.sh GPUSCOPE_BIN [OUT_DIR]   (ONLY="40 50" runs just the checks whose
+#        names start with those numbers)
 # Runs every tests/gpu/checks/*.sh on the GPU host (as root; mounts nothing). Each check
 # gets the binary and OUT_DIR/<check>/ for its raw outputs (traces, workload output,
 # profiler traces, figures.json) and prints PASS/FAIL/SKIP; its full log is kept in
@@ -13,7 +14,8 @@ OUT=$(mkdir -p "${2:-/tmp/gpuscope-gpu}" && cd "${2:-/tmp/gpuscope-gpu}" && pwd)
 [[ $(id -u) == 0 ]] || echo "warning: not root; gpuscope needs root (or CAP_BPF+CAP_PERFMON)" >&2
 
 # Per-check wall-clock limits (seconds); the suite stays under 8 minutes.
-declare -A LIMIT=([10_trace_pytorch]=210 [20_trace_known_launch]=90 [30_trace_overhead]=150)
+declare -A LIMIT=([10_trace_pytorch]=210 [20_trace_known_launch]=90 [30_trace_overhead]=150
+  [40_latency_malloc]=120 [50_ioctl_pytorch]=150 [60_uvm_unavailable]=60 [70_bridge_nvml]=150)
 passed=0 failed=0 skipped=0
 {
   echo "date: $(date -Is)"
@@ -26,6 +28,7 @@ passed=0 failed=0 skipped=0
 
 for check in "$HERE"/checks/*.sh; do
   name=$(basename "$check" .sh)
+  if [[ -n ${ONLY:-} && " $ONLY " != *" ${name%%_*} "* ]]; then continue; fi
   limit=${LIMIT[$name]:-120}
   echo "== $name (limit ${limit}s)"
   rc=0
