@@ -4,7 +4,11 @@
 #include <iostream>
 
 #include "core/system.h"
+#include "ioctl/ioctl_cmd.h"
+#include "latency/latency_cmd.h"
+#include "uvm/uvm_cmd.h"
 #include "trace/trace.h"
+#include "bridge/bridge.h"
 
 namespace gpuscope {
 int run_doctor(bool json);
@@ -55,7 +59,56 @@ int main(int argc, char** argv) {
       "  gpuscope trace --api cudaMalloc,cuMemAlloc_v2 -d 10\n"
       "  gpuscope trace --layer driver -c python3");
 
+  LatencyOptions lopt;
+  auto* latency = app.add_subcommand("latency", "Histograms of CUDA API call latency and return-code counts, aggregated in BPF");
+  add_common(latency, common);
+  latency->add_option("-p,--pid", lopt.pids, "Only these host pids (repeatable)");
+  latency->add_option("-c,--comm", lopt.comm, "Only processes with this name");
+  latency->add_option("--lib", lopt.libs, "Also probe this CUDA library or executable (repeatable)");
+  latency->add_option("--api", lopt.apis, "APIs to time (comma-separated; default cudaMalloc,cudaFree,cudaMemcpy,"
+                      "cudaStreamSynchronize,cudaDeviceSynchronize,cuLaunchKernel,cuMemAlloc_v2)")->delimiter(',');
+  latency->add_flag("--per-process", lopt.per_process, "One histogram per process");
+  latency->add_option("--interval", lopt.interval_s, "Print every SECONDS (default: once, at the end)")
+      ->check(CLI::PositiveNumber);
+  latency->footer(
+      "EXAMPLES:\n"
+      "  gpuscope latency -d 10                       # default APIs, host-wide, printed at the end\n"
+      "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
+      "  gpuscope latency -p 1234 --json");
+
+  IoctlOptions iopt;
+  auto* ioctl = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
+  add_common(ioctl, common);
+  ioctl->add_option("-p,--pid", iopt.pids, "Only these host pids (repeatable)");
+  ioctl->add_flag("--events", iopt.events, "Also print one line per ioctl as it returns");
+  ioctl->add_option("--interval", iopt.interval_s, "Print every SECONDS (default: once, at the end)")
+      ->check(CLI::PositiveNumber);
+  ioctl->add_flag("--raw-syscalls", iopt.raw_syscalls, "Use raw_tp sys_enter/sys_exit even where tracefs works");
+  ioctl->footer(
+      "EXAMPLES:\n"
+      "  gpuscope ioctl -d 10                 # which processes talk to the driver, and how\n"
+      "  gpuscope ioctl -p 1234 --events --json");
+
+  UvmOptions uopt;
+  auto* uvm = app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
+  add_common(uvm, common);
+  uvm->add_option("--interval", uopt.interval_s, "Print every SECONDS (default 1)")->check(CLI::PositiveNumber);
+  uvm->add_option("--top", uopt.top, "Thrashing addresses to list per interval (default 10)");
+
   bool doctor_json = false;
+  BridgeOptions bopt;
+  auto* bridge = app.add_subcommand("bridge", "Publish NVML GPU state into pinned BPF maps (gpu-ebpf-bridge layout)");
+  add_common(bridge, common);
+  bridge->add_option("--nvml", bopt.nvml, "NVML library to load (default libnvidia-ml.so.1)");
+  bridge->add_option("--pin-dir", bopt.pin_dir, "bpffs directory for the pins (default /sys/fs/bpf)");
+  bridge->add_option("--poll-interval-ms", bopt.poll_interval_ms, "Poll NVML every MS milliseconds (default 100)");
+  bridge->add_flag("--no-samples", bopt.no_samples, "Poll only; ignore NVML's utilization sample buffer");
+  bridge->footer(
+      "EXAMPLES:\n"
+      "  gpuscope bridge                          # pins under /sys/fs/bpf, 100 ms polls\n"
+      "  gpuscope bridge --json -d 5              # print what each tick published\n"
+      "  gpuscope bridge --pin-dir /sys/fs/bpf/gpu --poll-interval-ms 50");
+
   auto* doctor = app.add_subcommand("doctor", "Check what this host supports and which subcommands will work");
   Common dcommon;
   add_common(doctor, dcommon);
@@ -80,6 +133,30 @@ int main(int argc, char** argv) {
       unsigned kb = topt.ringbuf_kb;
       if (kb & (kb - 1)) throw UsageError("--ringbuf-kb must be a power of two");
       return run_trace(topt);
+    }
+    if (latency->parsed()) {
+      lopt.duration_s = common.duration;
+      lopt.json = common.json;
+      lopt.verbose = common.verbose;
+      return run_latency(lopt);
+    }
+    if (bridge->parsed()) {
+      bopt.duration_s = common.duration;
+      bopt.json = common.json;
+      bopt.verbose = common.verbose;
+      return run_bridge(bopt);
+    }
+    if (ioctl->parsed()) {
+      iopt.duration_s = common.duration;
+      iopt.json = common.json;
+      iopt.verbose = common.verbose;
+      return run_ioctl(iopt);
+    }
+    if (uvm->parsed()) {
+      uopt.duration_s = common.duration;
+      uopt.json = common.json;
+      uopt.verbose = common.verbose;
+      return run_uvm(uopt);
     }
     if (doctor->parsed()) return run_doctor(dcommon.json || doctor_json);
   } catch (const UsageError& e) {

@@ -86,8 +86,8 @@ TEST(Doctor, ExitsZeroWithEveryCheckAndSubcommand) {
     EXPECT_TRUE(report().checks.at(c).at("ok").is_boolean()) << c;
   }
   // Exactly the subcommands this binary has.
-  EXPECT_EQ(report().subcommands.size(), 1u);
-  for (const char* s : {"trace"}) {
+  EXPECT_EQ(report().subcommands.size(), 5u);
+  for (const char* s : {"trace", "bridge", "latency", "ioctl", "uvm"}) {
     ASSERT_TRUE(report().subcommands.count(s)) << s;
     auto st = report().subcommands.at(s).at("status").get<std::string>();
     EXPECT_TRUE(st == "ok" || st == "partial" || st == "unavailable") << s << ": " << st;
@@ -116,7 +116,15 @@ TEST(Doctor, Subcommands) {
   if (root() && exists("/sys/kernel/btf/vmlinux")) {
     EXPECT_EQ(report().subcommands.at("trace").at("status"), "ok");
   }
-  EXPECT_FALSE(report().subcommands.count("uvm")) << "not built yet, so not listed";
+  if (root() && exists("/sys/kernel/btf/vmlinux")) {
+    EXPECT_EQ(report().subcommands.at("latency").at("status"), "ok");
+    EXPECT_EQ(report().subcommands.at("ioctl").at("status"), "ok") << "tracefs mountable, or raw_tp";
+  }
+  if (!exists("/sys/bus/event_source/devices/kprobe")) {
+    EXPECT_EQ(report().subcommands.at("uvm").at("status"), "unavailable");
+    EXPECT_NE(report().subcommands.at("uvm").at("reason").get<std::string>().find("kprobes"), std::string::npos);
+  }
+  EXPECT_FALSE(report().subcommands.count("memleak")) << "not built yet, so not listed";
 }
 
 TEST(Doctor, Nvml) {

@@ -1,0 +1,452 @@
+#include "bridge/bridge.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <bpf/bpf.h>
+
+#include "bridge/bridge_maps.h"
+#include "bridge/nvml.h"
+#include "core/bpf.h"
+#include "core/clock.h"
+#include "core/output.h"
+#include "core/system.h"
+
+namespace gpuscope {
+
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+struct MapSpec {
+  const char* pin;
+  const char* name;  // the kernel keeps 15 characters
+  bpf_map_type type;
+  uint32_t key_size, value_size, max_entries;
+};
+enum { kMeta, kDevice, kPerPid, kPerPidDevice };
+constexpr MapSpec kMaps[] = {
+    {GPU_PIN_META, "gpu_meta", BPF_MAP_TYPE_ARRAY, 4, sizeof(gpu_meta), 1},
+    {GPU_PIN_DEVICE, "gpu_device", BPF_MAP_TYPE_ARRAY, 4, sizeof(gpu_device_metrics), GPU_MAX_DEVICES},
+    {GPU_PIN_PER_PID, "gpu_per_pid", BPF_MAP_TYPE_LRU_HASH, 4, sizeof(gpu_pid), GPU_BRIDGE_MAX_PIDS},
+    {GPU_PIN_PER_PID_PER_DEVICE, "gpu_pid_dev", BPF_MAP_TYPE_LRU_HASH, 8, sizeof(gpu_pid_device),
+     GPU_BRIDGE_MAX_PID_DEVICES},
+};
+
+bool compatible(int fd, const MapSpec& s) {
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return false;
+  return info.type == static_cast<uint32_t>(s.type) && info.key_size == s.key_size &&
+         info.value_size == s.value_size && info.max_entries == s.max_entries;
+}
+
+// kill(pid, 0) alone calls an unreaped zombie alive.
+bool process_alive(uint32_t pid) {
+  if (pid == 0 || (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto p = stat.rfind(')');
+  return p == std::string::npos || p + 2 >= stat.size() || (stat[p + 2] != 'Z' && stat[p + 2] != 'X');
+}
+
+uint64_t sample_value(const nvml::Value& v, int type) {
+  switch (type) {
+    case nvml::kDouble: return v.dVal > 0 ? static_cast<uint64_t>(v.dVal) : 0;
+    case nvml::kUInt: return v.uiVal;
+    case nvml::kULong: return v.ulVal;
+    case nvml::kULongLong: return v.ullVal;
+    case nvml::kSLongLong: return v.sllVal > 0 ? static_cast<uint64_t>(v.sllVal) : 0;
+    case nvml::kSInt: return v.siVal > 0 ? static_cast<uint64_t>(v.siVal) : 0;
+  }
+  return 0;
+}
+
+// One syscall for many entries; kernels without batch operations get one per entry.
+template <typename K, typename V>
+void update_all(int fd, const std::vector<K>& keys, const std::vector<V>& vals) {
+  if (keys.empty()) return;
+  uint32_t n = static_cast<uint32_t>(keys.size());
+  if (bpf_map_update_batch(fd, keys.data(), vals.data(), &n, nullptr) == 0) return;
+  for (size_t i = 0; i < keys.size(); i++) bpf_map_update_elem(fd, &keys[i], &vals[i], BPF_ANY);
+}
+
+template <typename K>
+void delete_all(int fd, const std::vector<K>& keys) {
+  if (keys.empty()) return;
+  uint32_t n = static_cast<uint32_t>(keys.size());
+  if (bpf_map_delete_batch(fd, keys.data(), &n, nullptr) == 0) return;
+  for (auto& k : keys) bpf_map_delete_elem(fd, &k);
+}
+
+constexpr auto kPcieRefresh = std::chrono::seconds(5);
+
+struct DeviceState {
+  uint64_t last_seen_us = 0;  // newest utilization sample consumed
+  uint32_t unsupported = 0;   // calls that answered NVML_ERROR_NOT_SUPPORTED, by bit
+  std::chrono::steady_clock::time_point pcie_at{};
+  uint64_t pcie_tx_kbps = 0, pcie_rx_kbps = 0;
+};
+
+class Bridge {
+ public:
+  explicit Bridge(const BridgeOptions& o) : o_(o), dir_(o.pin_dir.empty() ? "/sys/fs/bpf" : o.pin_dir) {}
+  int run();
+
+ private:
+  void check_pin_dir();
+  void refuse_if_held();
+  void open_maps();
+  void clear_hash(int fd);
+  bool tick();
+  void read_device(unsigned i, gpu_device_metrics& m, bool* from_sample);
+  std::string path(const MapSpec& s) const { return dir_ + "/" + s.pin; }
+
+  const BridgeOptions& o_;
+  std::string dir_;
+  std::unique_ptr<nvml::Library> nvml_;
+  Fd maps_[4];
+  bool reused_[4] = {};
+  std::vector<DeviceState> state_;
+  bool pcie_read_this_tick_ = false;
+  std::vector<nvml::Sample> samples_;
+  std::vector<nvml::Proc> procs_;
+  std::unordered_map<uint32_t, gpu_pid> pids_;
+  std::unordered_set<uint64_t> published_pid_devices_, next_pid_devices_;
+  std::unordered_set<uint32_t> published_pids_;
+  // Batches of this tick's writes.
+  std::vector<uint32_t> dev_keys_, pid_keys_, gone_pids_;
+  std::vector<gpu_device_metrics> dev_vals_;
+  std::vector<uint64_t> pd_keys_, gone_pid_devices_;
+  std::vector<gpu_pid_device> pd_vals_;
+  std::vector<gpu_pid> pid_vals_;
+  uint64_t ticks_ = 0;
+  Writer out_;
+};
+
+void Bridge::check_pin_dir() {
+  if (o_.pin_dir.empty()) {
+    std::string why;
+    if (!ensure_bpffs(&why)) throw UsageError(why);
+  } else if (!is_bpffs(dir_)) {
+    throw UsageError(fmt::format("--pin-dir {} is not a directory on bpffs", dir_));
+  }
+}
+
+void Bridge::refuse_if_held() {
+  Fd fd(bpf_obj_get(path(kMaps[kMeta]).c_str()));
+  if (!fd || !compatible(fd.get(), kMaps[kMeta])) return;
+  gpu_meta m{};
+  uint32_t key = 0;
+  if (bpf_map_lookup_elem(fd.get(), &key, &m) != 0) return;
+  // A holder is fresh while it has ticked within a few of its own poll intervals.
+  uint64_t interval_ns = (m.poll_interval_ms ? m.poll_interval_ms : 100) * 1000000ull;
+  uint64_t age = boottime_ns() - m.last_update_boottime_ns;
+  bool fresh = m.last_update_boottime_ns && age <= std::max<uint64_t>(5 * interval_ns, 1000000000ull);
+  if (m.helper_pid != static_cast<uint32_t>(getpid()) && process_alive(m.helper_pid) && fresh)
+    throw UsageError(fmt::format("bridge pid {} is publishing under {} (updated {} ms ago); stop it first",
+                                 m.helper_pid, dir_, age / 1000000));
+}
+
+void Bridge::clear_hash(int fd) {
+  uint64_t key = 0, next = 0;
+  std::vector<uint64_t> keys;
+  void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (auto& k : keys) bpf_map_delete_elem(fd, &k);
+}
+
+void Bridge::open_maps() {
+  for (int i = 0; i < 4; i++) {
+    const MapSpec& s = kMaps[i];
+    std::string p = path(s);
+    Fd fd(bpf_obj_get(p.c_str()));
+    if (fd && compatible(fd.get(), s)) {
+      reused_[i] = true;
+      maps_[i] = std::move(fd);
+      continue;
+    }
+    unlink(p.c_str());  // incompatible, or not there at all
+    Fd created(bpf_map_create(s.type, s.name, s.key_size, s.value_size, s.max_entries, nullptr));
+    if (!created) throw std::runtime_error(fmt::format("cannot create map {}: {}", s.pin, strerror(errno)));
+    if (bpf_obj_pin(created.get(), p.c_str()) != 0)
+      throw std::runtime_error(fmt::format("cannot pin {}: {}", p, strerror(errno)));
+    maps_[i] = std::move(created);
+  }
+  // Taken over from a dead holder: its processes are not ours to vouch for.
+  if (reused_[kPerPid]) clear_hash(maps_[kPerPid].get());
+  if (reused_[kPerPidDevice]) clear_hash(maps_[kPerPidDevice].get());
+  gpu_device_metrics zero{};
+  for (uint32_t i = static_cast<uint32_t>(nvml_->devices().size()); i < GPU_MAX_DEVICES; i++)
+    bpf_map_update_elem(maps_[kDevice].get(), &i, &zero, BPF_ANY);
+}
+
+void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
+  const nvml::Api& a = nvml_->api();
+  nvml::Device d = nvml_->devices()[i];
+  DeviceState& st = state_[i];
+  // A call the device does not support is not made again: on the H200 an unsupported
+  // nvmlDeviceGetFanSpeed costs 160 us of CPU every time.
+  int field = 0;
+  auto call = [&](auto fn, auto... args) {
+    uint32_t bit = 1u << field++;
+    if (!fn || (st.unsupported & bit)) return false;
+    nvml::Return r = fn(d, args...);
+    if (r == nvml::kNotSupported) st.unsupported |= bit;
+    return r == nvml::kSuccess;
+  };
+  unsigned u = 0, u2 = 0;
+  unsigned long long ull = 0;
+  m.timestamp_ns = realtime_ns();
+  if (nvml::Utilization ut{}; call(a.utilization, &ut)) m.sm_util_pct = ut.gpu, m.mem_util_pct = ut.memory;
+  nvml::MemoryV2 mv{nvml::kMemoryV2Version};
+  nvml::Memory mm{};
+  if (call(a.memory_v2, &mv))
+    m.mem_total_bytes = mv.total, m.mem_used_bytes = mv.used, m.mem_reserved_bytes = mv.reserved;
+  else if (call(a.memory, &mm))
+    m.mem_total_bytes = mm.total, m.mem_used_bytes = mm.used;
+  if (call(a.temperature, 0 /* NVML_TEMPERATURE_GPU */, &u)) m.temp_c = u;
+  if (call(a.power, &u)) m.power_mw = u;
+  if (call(a.clock, 1 /* NVML_CLOCK_SM */, &u)) m.sm_clock_mhz = u;
+  if (call(a.clock, 2 /* NVML_CLOCK_MEM */, &u)) m.mem_clock_mhz = u;
+  if (call(a.event_reasons, &ull)) m.throttle_reasons = ull;
+  if (call(a.encoder, &u, &u2)) m.enc_util_pct = u;
+  if (call(a.decoder, &u, &u2)) m.dec_util_pct = u;
+  // NVML_MEMORY_ERROR_TYPE_CORRECTED/UNCORRECTED, NVML_AGGREGATE_ECC (lifetime totals).
+  if (call(a.ecc, 0, 1, &ull)) m.ecc_corrected_total = ull;
+  if (call(a.ecc, 1, 1, &ull)) m.ecc_uncorrected_total = ull;
+  if (call(a.fan, &u)) m.fan_speed_pct = u;
+  if (int mode = 0; call(a.compute_mode, &mode)) m.compute_mode = static_cast<uint32_t>(mode);
+  // nvmlDeviceGetPcieThroughput measures over 20 ms inside the call (measured on the H200: 20 ms
+  // of wall time, 0.8 ms of CPU each), so it is read every kPcieRefresh, one device per tick.
+  auto now = std::chrono::steady_clock::now();
+  if (!pcie_read_this_tick_ && now - st.pcie_at >= kPcieRefresh) {
+    pcie_read_this_tick_ = true;
+    st.pcie_at = now;
+    if (call(a.pcie, 0 /* NVML_PCIE_UTIL_TX_BYTES */, &u)) st.pcie_tx_kbps = u;
+    if (call(a.pcie, 1 /* NVML_PCIE_UTIL_RX_BYTES */, &u)) st.pcie_rx_kbps = u;
+  }
+  m.pcie_tx_kbps = st.pcie_tx_kbps;
+  m.pcie_rx_kbps = st.pcie_rx_kbps;
+
+  *from_sample = false;
+  if (o_.no_samples) return;
+  int type = nvml::kUInt;
+  nvml_->utilization_samples(d, state_[i].last_seen_us, samples_, &type);
+  const nvml::Sample* newest_busy = nullptr;
+  for (auto& s : samples_) {
+    state_[i].last_seen_us = std::max<uint64_t>(state_[i].last_seen_us, s.timeStamp);
+    if (sample_value(s.sampleValue, type) && (!newest_busy || s.timeStamp > newest_busy->timeStamp)) newest_busy = &s;
+  }
+  // The newest-non-zero rule: a burst that ended between two polls still moves a consumer's
+  // last-active latch, to the burst's own time.
+  if (m.sm_util_pct == 0 && newest_busy) {
+    m.sm_util_pct = static_cast<uint32_t>(std::min<uint64_t>(sample_value(newest_busy->sampleValue, type), 100));
+    m.timestamp_ns = newest_busy->timeStamp * 1000;
+    *from_sample = true;
+  }
+}
+
+bool Bridge::tick() {
+  uint32_t zero = 0;
+  if (ticks_ > 0) {
+    gpu_meta cur{};
+    if (bpf_map_lookup_elem(maps_[kMeta].get(), &zero, &cur) == 0 && cur.helper_pid != static_cast<uint32_t>(getpid())) {
+      fprintf(stderr, "gpuscope: bridge pid %u took over %s; stopping\n", cur.helper_pid, dir_.c_str());
+      return false;
+    }
+  }
+  auto& buf = out_.buf();
+  uint64_t now_rt = realtime_ns();
+  unsigned n = static_cast<unsigned>(nvml_->devices().size());
+  dev_keys_.clear();
+  dev_vals_.clear();
+  pcie_read_this_tick_ = false;
+  for (unsigned i = 0; i < n; i++) {
+    gpu_device_metrics m{};
+    bool from_sample;
+    read_device(i, m, &from_sample);
+    dev_keys_.push_back(i);
+    dev_vals_.push_back(m);
+    if (o_.json)
+      JsonLine(buf)
+          .str("type", "device").num("tick", ticks_).num("device", i).num("timestamp_ns", m.timestamp_ns)
+          .boolean("from_sample", from_sample).num("sm_util_pct", m.sm_util_pct).num("mem_util_pct", m.mem_util_pct)
+          .num("mem_total_bytes", m.mem_total_bytes).num("mem_used_bytes", m.mem_used_bytes)
+          .num("mem_reserved_bytes", m.mem_reserved_bytes).num("temp_c", m.temp_c).num("power_mw", m.power_mw)
+          .num("sm_clock_mhz", m.sm_clock_mhz).num("mem_clock_mhz", m.mem_clock_mhz)
+          .num("throttle_reasons", m.throttle_reasons).num("pcie_tx_kbps", m.pcie_tx_kbps)
+          .num("pcie_rx_kbps", m.pcie_rx_kbps).num("enc_util_pct", m.enc_util_pct).num("dec_util_pct", m.dec_util_pct)
+          .num("nvlink_tx_kbps", m.nvlink_tx_kbps).num("nvlink_rx_kbps", m.nvlink_rx_kbps)
+          .num("ecc_corrected_total", m.ecc_corrected_total).num("ecc_uncorrected_total", m.ecc_uncorrected_total)
+          .num("fan_speed_pct", m.fan_speed_pct).num("compute_mode", m.compute_mode)
+          .end();
+  }
+
+  update_all(maps_[kDevice].get(), dev_keys_, dev_vals_);
+
+  pids_.clear();
+  next_pid_devices_.clear();
+  pd_keys_.clear();
+  pd_vals_.clear();
+  for (unsigned i = 0; i < n; i++) {
+    nvml_->processes(nvml_->devices()[i], procs_);
+    for (auto& p : procs_) {
+      gpu_pid_device v{};
+      v.timestamp_ns = now_rt;
+      v.used_gpu_memory_bytes = p.used_bytes;
+      v.gpu_device = static_cast<uint8_t>(i);
+      uint64_t key = (static_cast<uint64_t>(p.pid) << 32) | i;
+      pd_keys_.push_back(key);
+      pd_vals_.push_back(v);
+      next_pid_devices_.insert(key);
+      auto& agg = pids_[p.pid];
+      agg.timestamp_ns = now_rt;
+      agg.used_gpu_memory_total_bytes += p.used_bytes;
+      agg.gpu_device_primary = agg.device_count ? GPU_DEVICE_SEVERAL : static_cast<uint8_t>(i);
+      agg.device_count++;
+    }
+  }
+  update_all(maps_[kPerPidDevice].get(), pd_keys_, pd_vals_);
+  gone_pid_devices_.clear();
+  for (auto key : published_pid_devices_)
+    if (!next_pid_devices_.count(key)) gone_pid_devices_.push_back(key);
+  delete_all(maps_[kPerPidDevice].get(), gone_pid_devices_);
+  std::swap(published_pid_devices_, next_pid_devices_);
+
+  gone_pids_.clear();
+  for (auto it = published_pids_.begin(); it != published_pids_.end();) {
+    if (pids_.count(*it)) {
+      ++it;
+      continue;
+    }
+    gone_pids_.push_back(*it);
+    it = published_pids_.erase(it);
+  }
+  delete_all(maps_[kPerPid].get(), gone_pids_);
+  pid_keys_.clear();
+  pid_vals_.clear();
+  for (auto& [pid, agg] : pids_) {
+    pid_keys_.push_back(pid);
+    pid_vals_.push_back(agg);
+    published_pids_.insert(pid);
+  }
+  if (o_.json)
+    for (size_t k = 0; k < pd_keys_.size(); k++) {
+      uint32_t pid = static_cast<uint32_t>(pd_keys_[k] >> 32);
+      const gpu_pid& agg = pids_[pid];
+      JsonLine(buf)
+          .str("type", "process").num("tick", ticks_).num("pid", pid).num("device", pd_vals_[k].gpu_device)
+          .num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", pd_vals_[k].used_gpu_memory_bytes)
+          .num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes)
+          .num("gpu_device_primary", agg.gpu_device_primary).num("device_count", agg.device_count)
+          .end();
+    }
+  update_all(maps_[kPerPid].get(), pid_keys_, pid_vals_);
+
+  // Meta goes last: its timestamp vouches for everything written before it.
+  gpu_meta meta{};
+  meta.schema_version = GPU_BRIDGE_SCHEMA_VERSION;
+  meta.n_devices = n;
+  meta.helper_pid = static_cast<uint32_t>(getpid());
+  meta.poll_interval_ms = o_.poll_interval_ms;
+  meta.clock_offset_ns = realtime_minus_boottime_ns();
+  meta.last_update_boottime_ns = boottime_ns();
+  bpf_map_update_elem(maps_[kMeta].get(), &zero, &meta, BPF_ANY);
+  if (o_.json)
+    JsonLine(buf)
+        .str("type", "meta").num("tick", ticks_).num("schema_version", meta.schema_version)
+        .num("n_devices", meta.n_devices).num("last_update_boottime_ns", meta.last_update_boottime_ns)
+        .num("helper_pid", meta.helper_pid).num("poll_interval_ms", meta.poll_interval_ms)
+        .num("clock_offset_ns", meta.clock_offset_ns)
+        .end();
+  out_.flush();
+  ticks_++;
+  return true;
+}
+
+int Bridge::run() {
+  if (o_.poll_interval_ms == 0) throw UsageError("--poll-interval-ms must be at least 1");
+  require_bpf_privileges();
+  set_libbpf_verbose(o_.verbose);
+  check_pin_dir();
+  nvml_ = std::make_unique<nvml::Library>(o_.nvml);
+  if (nvml_->devices().empty()) throw UsageError("NVML reports no GPU devices");
+  state_.assign(nvml_->devices().size(), DeviceState{realtime_ns() / 1000});
+
+  {
+    // Held until the first tick is published, so two bridges starting at once cannot both
+    // find the pins free.
+    Fd dir(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir || flock(dir.get(), LOCK_EX) != 0)
+      throw UsageError(fmt::format("cannot lock {}: {}", dir_, strerror(errno)));
+    refuse_if_held();
+    open_maps();
+    tick();
+  }
+  fprintf(stderr, "gpuscope: bridge publishing %zu device(s) under %s every %u ms%s%s\n", nvml_->devices().size(),
+          dir_.c_str(), o_.poll_interval_ms, o_.no_samples ? " (samples off)" : "",
+          reused_[kMeta] ? " (pins taken over in place)" : "");
+  if (o_.verbose)
+    for (int i = 0; i < 4; i++) {
+      bpf_map_info info{};
+      uint32_t len = sizeof info;
+      bpf_obj_get_info_by_fd(maps_[i].get(), &info, &len);
+      fprintf(stderr, "gpuscope: %s map id %u (%s)\n", kMaps[i].pin, info.id, reused_[i] ? "reused" : "created");
+    }
+
+  StopControl stop(o_.duration_s);
+  timespec next;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  bool ok = true;
+  while (ok && !stop.should_stop()) {
+    uint64_t ns = next.tv_nsec + o_.poll_interval_ms * 1000000ull;
+    next.tv_sec += static_cast<time_t>(ns / 1000000000ull);
+    next.tv_nsec = static_cast<long>(ns % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR && !stop.should_stop()) {
+    }
+    if (stop.should_stop()) break;
+    ok = tick();
+  }
+  // Pins stay: consumers see last_update_boottime_ns stop moving and give no verdicts.
+  fprintf(stderr, "gpuscope: bridge stopped after %llu ticks; pins kept under %s, data now stale\n",
+          static_cast<unsigned long long>(ticks_), dir_.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int run_bridge(const BridgeOptions& opts) { return Bridge(opts).run(); }
+
+}  // namespace gpuscope

@@ -1,0 +1,142 @@
+/* The GPU bridge's pinned maps, schema version 1 (../shared/bridge-contract.md).
+ * Byte-compatible with Inspektor Gadget's gpu-ebpf-bridge: a public interface, so a field
+ * changes only with a new schema version. Included by BPF programs (after vmlinux.h) and C++. */
+#ifndef GPUSCOPE_BRIDGE_MAPS_H
+#define GPUSCOPE_BRIDGE_MAPS_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define GPU_BRIDGE_SCHEMA_VERSION 1
+#define GPU_MAX_DEVICES 16
+#define GPU_BRIDGE_MAX_PIDS 16384
+#define GPU_BRIDGE_MAX_PID_DEVICES 16384
+#define GPU_DEVICE_SEVERAL 0xFF
+
+/* Pinned names under the pin directory. */
+#define GPU_PIN_META "gpu_meta"
+#define GPU_PIN_DEVICE "gpu_device"
+#define GPU_PIN_PER_PID "gpu_per_pid"
+#define GPU_PIN_PER_PID_PER_DEVICE "gpu_per_pid_per_device"
+
+/* gpu_meta: ARRAY, key u32 0, 1 entry. */
+struct gpu_meta {
+  __u32 schema_version;
+  __u32 n_devices;
+  __u64 last_update_boottime_ns; /* freshness: CLOCK_BOOTTIME of the last tick */
+  __u32 helper_pid;
+  __u32 poll_interval_ms; /* reserved in the contract; Inspektor Gadget writes 0 */
+  __s64 clock_offset_ns;  /* CLOCK_REALTIME - CLOCK_BOOTTIME */
+};
+
+/* gpu_device: ARRAY, key u32 device index, GPU_MAX_DEVICES entries. */
+struct gpu_device_metrics {
+  __u64 timestamp_ns; /* CLOCK_REALTIME of the sample */
+  __u32 sm_util_pct;
+  __u32 mem_util_pct;
+  __u64 mem_total_bytes;
+  __u64 mem_used_bytes;
+  __u64 mem_reserved_bytes;
+  __u32 temp_c;
+  __u32 power_mw;
+  __u32 sm_clock_mhz;
+  __u32 mem_clock_mhz;
+  __u64 throttle_reasons; /* NVML clock-event reasons bitmask */
+  __u64 pcie_tx_kbps;
+  __u64 pcie_rx_kbps;
+  __u32 enc_util_pct;
+  __u32 dec_util_pct;
+  __u64 nvlink_tx_kbps;
+  __u64 nvlink_rx_kbps;
+  __u64 ecc_corrected_total;
+  __u64 ecc_uncorrected_total;
+  __u32 fan_speed_pct;
+  __u32 compute_mode;
+};
+
+/* gpu_per_pid_per_device: LRU_HASH, key u64 (pid << 32) | device. */
+struct gpu_pid_device {
+  __u64 timestamp_ns;
+  __u64 used_gpu_memory_bytes;
+  __u32 sm_util_pct;
+  __u32 mem_util_pct;
+  __u32 enc_util_pct;
+  __u32 dec_util_pct;
+  __u8 gpu_device;
+  __u8 mig_instance;
+  __u16 pad;
+  __u32 reserved; /* explicit tail padding, written 0 */
+};
+
+/* gpu_per_pid: LRU_HASH, key u32 host pid. */
+struct gpu_pid {
+  __u64 timestamp_ns;
+  __u64 used_gpu_memory_total_bytes;
+  __u32 sm_util_pct_max;
+  __u32 mem_util_pct_max;
+  __u8 gpu_device_primary; /* GPU_DEVICE_SEVERAL when on more than one device */
+  __u8 device_count;
+  __u16 pad;
+  __u32 reserved; /* explicit tail padding, written 0 */
+};
+
+#ifdef __cplusplus
+#include <cstddef>
+#define GPU_BRIDGE_AT(s, f, off) static_assert(offsetof(s, f) == (off), #s "." #f)
+static_assert(sizeof(gpu_meta) == 32);
+GPU_BRIDGE_AT(gpu_meta, schema_version, 0);
+GPU_BRIDGE_AT(gpu_meta, n_devices, 4);
+GPU_BRIDGE_AT(gpu_meta, last_update_boottime_ns, 8);
+GPU_BRIDGE_AT(gpu_meta, helper_pid, 16);
+GPU_BRIDGE_AT(gpu_meta, poll_interval_ms, 20);
+GPU_BRIDGE_AT(gpu_meta, clock_offset_ns, 24);
+
+static_assert(sizeof(gpu_device_metrics) == 128);
+GPU_BRIDGE_AT(gpu_device_metrics, timestamp_ns, 0);
+GPU_BRIDGE_AT(gpu_device_metrics, sm_util_pct, 8);
+GPU_BRIDGE_AT(gpu_device_metrics, mem_util_pct, 12);
+GPU_BRIDGE_AT(gpu_device_metrics, mem_total_bytes, 16);
+GPU_BRIDGE_AT(gpu_device_metrics, mem_used_bytes, 24);
+GPU_BRIDGE_AT(gpu_device_metrics, mem_reserved_bytes, 32);
+GPU_BRIDGE_AT(gpu_device_metrics, temp_c, 40);
+GPU_BRIDGE_AT(gpu_device_metrics, power_mw, 44);
+GPU_BRIDGE_AT(gpu_device_metrics, sm_clock_mhz, 48);
+GPU_BRIDGE_AT(gpu_device_metrics, mem_clock_mhz, 52);
+GPU_BRIDGE_AT(gpu_device_metrics, throttle_reasons, 56);
+GPU_BRIDGE_AT(gpu_device_metrics, pcie_tx_kbps, 64);
+GPU_BRIDGE_AT(gpu_device_metrics, pcie_rx_kbps, 72);
+GPU_BRIDGE_AT(gpu_device_metrics, enc_util_pct, 80);
+GPU_BRIDGE_AT(gpu_device_metrics, dec_util_pct, 84);
+GPU_BRIDGE_AT(gpu_device_metrics, nvlink_tx_kbps, 88);
+GPU_BRIDGE_AT(gpu_device_metrics, nvlink_rx_kbps, 96);
+GPU_BRIDGE_AT(gpu_device_metrics, ecc_corrected_total, 104);
+GPU_BRIDGE_AT(gpu_device_metrics, ecc_uncorrected_total, 112);
+GPU_BRIDGE_AT(gpu_device_metrics, fan_speed_pct, 120);
+GPU_BRIDGE_AT(gpu_device_metrics, compute_mode, 124);
+
+static_assert(sizeof(gpu_pid_device) == 40);
+GPU_BRIDGE_AT(gpu_pid_device, timestamp_ns, 0);
+GPU_BRIDGE_AT(gpu_pid_device, used_gpu_memory_bytes, 8);
+GPU_BRIDGE_AT(gpu_pid_device, sm_util_pct, 16);
+GPU_BRIDGE_AT(gpu_pid_device, mem_util_pct, 20);
+GPU_BRIDGE_AT(gpu_pid_device, enc_util_pct, 24);
+GPU_BRIDGE_AT(gpu_pid_device, dec_util_pct, 28);
+GPU_BRIDGE_AT(gpu_pid_device, gpu_device, 32);
+GPU_BRIDGE_AT(gpu_pid_device, mig_instance, 33);
+GPU_BRIDGE_AT(gpu_pid_device, pad, 34);
+GPU_BRIDGE_AT(gpu_pid_device, reserved, 36);
+
+static_assert(sizeof(gpu_pid) == 32);
+GPU_BRIDGE_AT(gpu_pid, timestamp_ns, 0);
+GPU_BRIDGE_AT(gpu_pid, used_gpu_memory_total_bytes, 8);
+GPU_BRIDGE_AT(gpu_pid, sm_util_pct_max, 16);
+GPU_BRIDGE_AT(gpu_pid, mem_util_pct_max, 20);
+GPU_BRIDGE_AT(gpu_pid, gpu_device_primary, 24);
+GPU_BRIDGE_AT(gpu_pid, device_count, 25);
+GPU_BRIDGE_AT(gpu_pid, pad, 26);
+GPU_BRIDGE_AT(gpu_pid, reserved, 28);
+#undef GPU_BRIDGE_AT
+#endif
+
+#endif

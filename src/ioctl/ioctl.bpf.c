@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope ioctl: ioctl and mmap calls on NVIDIA device nodes, counted per (pid, device,
+ * request). Every ioctl on the host passes through here, so the filter comes first and
+ * stays cheap: fd -> file -> inode, and a char device with an NVIDIA major, or nothing. */
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "ioctl/ioctl.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 uvm_major = 0;
+const volatile bool emit_events = false;
+const volatile bool filter_pids = false;
+
+#define S_IFMT 00170000
+#define S_IFCHR 0020000
+#define NR_IOCTL 16 /* x86-64 */
+#define NR_MMAP 9
+
+struct inflight_call {
+	__u64 start_ns;
+	__u32 rdev;
+	__u32 request;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tid */
+	__type(value, struct inflight_call);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gs_ioctl_key);
+	__type(value, struct gs_ioctl_val);
+} ioctls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct gs_mmap_key);
+	__type(value, struct gs_mmap_val);
+} mmaps SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_IOCTL_DROP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+/* Calls in flight host-wide: while zero, every exit returns without a map lookup. */
+__s64 pending = 0;
+
+static __always_inline void count_drop(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &why);
+	if (n)
+		*n += 1;
+}
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* The device behind fd when it is an NVIDIA character device, else 0. This runs on every
+ * ioctl of the host, so it walks task -> files -> fdtable -> file -> inode with direct BTF
+ * loads (one helper call, for the fd slot) instead of a probe-read per hop. */
+static __always_inline __u32 nv_rdev(__u64 fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct files_struct *files = task->files;
+	struct file *slot = NULL;
+	if (!files)
+		return 0;
+	struct fdtable *fdt = files->fdt;
+	if (!fdt || fd >= fdt->max_fds)
+		return 0;
+	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fdt->fd[fd]) || !slot)
+		return 0;
+	struct file *f = bpf_rdonly_cast(slot, bpf_core_type_id_kernel(struct file));
+	struct inode *inode = f->f_inode;
+	if (!inode || (inode->i_mode & S_IFMT) != S_IFCHR)
+		return 0;
+	__u32 rdev = inode->i_rdev;
+	__u32 major = rdev >> GS_KDEV_MINORBITS;
+	if (major == GS_NV_MAJOR || (uvm_major && major == uvm_major))
+		return rdev;
+	return 0;
+}
+
+static __always_inline bool pid_wanted(__u32 pid)
+{
+	return !filter_pids || bpf_map_lookup_elem(&pids, &pid);
+}
+
+/* NVIDIA requests are _IOC numbers of type 'F' (major 195) or plain integers (nvidia-uvm:
+ * small ones and 0x3000000x). Anything else cannot be an NVIDIA call, so most ioctls on the
+ * host return here without the fd walk; the rest are still checked by device. */
+static __always_inline bool maybe_nvidia_request(__u32 request)
+{
+	return ((request >> 8) & 0xff) == 'F' || request < 0x1000 || (request & ~0xfu) == 0x30000000;
+}
+
+static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
+{
+	if (!maybe_nvidia_request(request))
+		return;
+	__u32 rdev = nv_rdev(fd);
+	if (!rdev)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	if (!pid_wanted(id >> 32))
+		return;
+	struct inflight_call c = {.start_ns = bpf_ktime_get_boot_ns(), .rdev = rdev, .request = (__u32)request};
+	if (bpf_map_update_elem(&inflight, &tid, &c, BPF_ANY)) {
+		count_drop(GS_IOCTL_DROP_STATE_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&pending, 1);
+}
+
+static __always_inline void on_ioctl_exit(__s64 ret)
+{
+	if (pending <= 0)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct inflight_call *c = bpf_map_lookup_elem(&inflight, &tid);
+	if (!c)
+		return;
+	__u64 now = bpf_ktime_get_boot_ns();
+	__u64 dur = now - c->start_ns;
+	struct gs_ioctl_key k = {.pid = id >> 32, .rdev = c->rdev, .request = c->request};
+	bpf_map_delete_elem(&inflight, &tid);
+	__sync_fetch_and_sub(&pending, 1);
+
+	struct gs_ioctl_val *v = bpf_map_lookup_elem(&ioctls, &k);
+	if (!v) {
+		struct gs_ioctl_val zero = {};
+		bpf_get_current_comm(zero.comm, sizeof(zero.comm));
+		bpf_map_update_elem(&ioctls, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&ioctls, &k);
+	}
+	if (v) {
+		__sync_fetch_and_add(&v->count, 1);
+		if (ret < 0)
+			__sync_fetch_and_add(&v->errors, 1);
+		__sync_fetch_and_add(&v->total_ns, dur);
+		if (dur > v->max_ns)
+			v->max_ns = dur; /* a racing writer may win; the max is advisory */
+	} else {
+		count_drop(GS_IOCTL_DROP_MAP_FULL);
+	}
+	if (!emit_events)
+		return;
+	struct gs_ioctl_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_IOCTL_DROP_RINGBUF);
+		return;
+	}
+	e->ts_boot_ns = now;
+	e->dur_ns = dur;
+	e->ret = ret;
+	e->pid = k.pid;
+	e->tid = tid;
+	e->rdev = k.rdev;
+	e->request = k.request;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void on_mmap(__u64 fd, __u64 len)
+{
+	__u32 rdev = nv_rdev(fd);
+	if (!rdev)
+		return;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (!pid_wanted(pid))
+		return;
+	struct gs_mmap_key k = {.pid = pid, .rdev = rdev};
+	struct gs_mmap_val *v = bpf_map_lookup_elem(&mmaps, &k);
+	if (!v) {
+		struct gs_mmap_val zero = {};
+		bpf_get_current_comm(zero.comm, sizeof(zero.comm));
+		bpf_map_update_elem(&mmaps, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&mmaps, &k);
+	}
+	if (!v) {
+		count_drop(GS_IOCTL_DROP_MAP_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->bytes, len);
+}
+
+SEC("tp/syscalls/sys_enter_ioctl")
+int gs_ioctl_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	on_ioctl_enter(ctx->args[0], ctx->args[1]);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_exit_ioctl")
+int gs_ioctl_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	on_ioctl_exit(ctx->ret);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_mmap")
+int gs_mmap_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	on_mmap(ctx->args[4], ctx->args[1]);
+	return 0;
+}
+
+/* Without tracefs: every syscall, filtered on its number. Syscall arguments live in the
+ * user registers (x86-64: di, si, dx, r10, r8, r9). */
+SEC("raw_tp/sys_enter")
+int gs_raw_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	long nr = ctx->args[1];
+	if (nr == NR_IOCTL)
+		on_ioctl_enter(BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si));
+	else if (nr == NR_MMAP)
+		on_mmap(BPF_CORE_READ(regs, r8), BPF_CORE_READ(regs, si));
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int gs_raw_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	if (pending > 0 && BPF_CORE_READ(regs, orig_ax) == NR_IOCTL)
+		on_ioctl_exit(ctx->args[1]);
+	return 0;
+}

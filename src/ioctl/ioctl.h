@@ -1,0 +1,58 @@
+/* gpuscope ioctl: map and event layouts shared by ioctl.bpf.c and userspace. */
+#ifndef GPUSCOPE_IOCTL_H
+#define GPUSCOPE_IOCTL_H
+#ifdef __cplusplus
+#include <linux/types.h>
+#endif
+
+#define GS_NV_MAJOR 195
+#define GS_KDEV_MINORBITS 20 /* the kernel's dev_t: major << 20 | minor */
+
+struct gs_ioctl_key {
+	__u32 pid;
+	__u32 rdev; /* kernel dev_t of the device node */
+	__u32 request;
+	__u32 pad;
+};
+
+struct gs_ioctl_val {
+	__u64 count;
+	__u64 errors;
+	__u64 total_ns;
+	__u64 max_ns;
+	char comm[16]; /* the caller's thread name when the entry was made: it outlives the process */
+};
+
+struct gs_mmap_key {
+	__u32 pid;
+	__u32 rdev;
+};
+
+struct gs_mmap_val {
+	__u64 count;
+	__u64 bytes;
+	char comm[16];
+};
+
+struct gs_ioctl_event {
+	__u64 ts_boot_ns;
+	__u64 dur_ns;
+	__s64 ret;
+	__u32 pid;
+	__u32 tid;
+	__u32 rdev;
+	__u32 request;
+	char comm[16];
+};
+
+enum gs_ioctl_drop { GS_IOCTL_DROP_STATE_FULL, GS_IOCTL_DROP_MAP_FULL, GS_IOCTL_DROP_RINGBUF, GS_IOCTL_DROP_COUNT };
+
+#ifdef __cplusplus
+static_assert(sizeof(gs_ioctl_key) == 16);
+static_assert(sizeof(gs_ioctl_val) == 48);
+static_assert(sizeof(gs_mmap_val) == 32);
+static_assert(sizeof(gs_mmap_key) == 8);
+static_assert(sizeof(gs_ioctl_event) == 56);
+#endif
+
+#endif

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope latency: per-API log2 latency histograms and return-code counts, aggregated
+ * here so that no event crosses to userspace per call. Same probe sites and nesting rule
+ * as trace: the attach cookie is the API row, and only a layer's outermost call counts. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "common/api.h"
+#include "common/events.h"
+#include "latency/latency.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool per_process = false;
+const volatile bool filter_comm = false;
+const volatile char target_comm[GS_COMM_LEN] = {};
+
+static __always_inline bool comm_matches(void)
+{
+	struct task_struct *task;
+	char comm[GS_COMM_LEN];
+	if (!filter_comm)
+		return true;
+	task = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
+	for (int i = 0; i < GS_COMM_LEN; i++) {
+		if (comm[i] != target_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
+
+struct call_state {
+	__u64 start_ns;
+	__u32 depth;
+	__u32 api;
+};
+
+/* Per thread, one slot per layer. Task storage rather than a hash keyed by tid: no
+ * insert/delete per call, and it goes away with the thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct call_state[GS_LAYER_COUNT]);
+} calls SEC(".maps");
+
+/* Not preallocated: a 528-byte value per CPU per entry would cost hundreds of MB up front
+ * on a large host; entries are made once per (API, process) and then only updated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 2048);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct gs_lat_key);
+	__type(value, struct gs_lat_stats);
+} stats SEC(".maps");
+
+/* Zeroed template for a new stats entry: too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gs_lat_stats);
+} zero_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct gs_lat_ret_key);
+	__type(value, __u64);
+} rets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_LAT_DROP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &why);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline void add(void *map, const void *key, __u64 v)
+{
+	__u64 *n = bpf_map_lookup_elem(map, key);
+	if (n) {
+		*n += v;
+		return;
+	}
+	if (bpf_map_update_elem(map, key, &v, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(map, key); /* lost a race to create it */
+		if (n)
+			*n += v;
+		else
+			count_drop(GS_LAT_DROP_HIST_FULL);
+	}
+}
+
+static __always_inline __u32 log2_bucket(__u64 v)
+{
+	__u32 r = 0, s;
+	s = (v > 0xFFFFFFFFULL) << 5; v >>= s; r |= s;
+	s = (v > 0xFFFF) << 4; v >>= s; r |= s;
+	s = (v > 0xFF) << 3; v >>= s; r |= s;
+	s = (v > 0xF) << 2; v >>= s; r |= s;
+	s = (v > 0x3) << 1; v >>= s; r |= s;
+	r |= (v >> 1);
+	return r;
+}
+
+SEC("uprobe")
+int gs_lat_enter(struct pt_regs *ctx)
+{
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	if (api >= GS_API_COUNT)
+		return 0;
+	__u32 layer = apis[api].layer & 1;
+	if (!comm_matches())
+		return 0;
+	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count_drop(GS_LAT_DROP_STATE_FULL);
+		return 0;
+	}
+	st += layer;
+	if (st->depth++ > 0)
+		return 0;
+	st->api = api;
+	st->start_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_lat_exit(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	__s32 ret = (__s32)PT_REGS_RC(ctx);
+	if (api >= GS_API_COUNT)
+		return 0;
+	__u32 layer = apis[api].layer & 1;
+	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return 0;
+	st += layer;
+	if (st->depth == 0 || --st->depth > 0)
+		return 0;
+	__u64 dur = now - st->start_ns;
+	api = st->api;
+
+	__u32 pid = per_process ? bpf_get_current_pid_tgid() >> 32 : 0;
+	struct gs_lat_key k = {.pid = pid, .api = api};
+	struct gs_lat_stats *s = bpf_map_lookup_elem(&stats, &k);
+	if (!s) {
+		__u32 zero = 0;
+		struct gs_lat_stats *z = bpf_map_lookup_elem(&zero_stats, &zero);
+		if (z)
+			bpf_map_update_elem(&stats, &k, z, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&stats, &k);
+		if (!s) {
+			count_drop(GS_LAT_DROP_HIST_FULL);
+			return 0;
+		}
+	}
+	s->buckets[log2_bucket(dur) & (GS_LAT_BUCKETS - 1)] += 1;
+	if (dur > s->max_ns)
+		s->max_ns = dur;
+	if (ret == 0) {
+		s->ret_zero += 1;
+		return 0;
+	}
+	struct gs_lat_ret_key rk = {.pid = pid, .api = api, .ret = ret};
+	add(&rets, &rk, 1);
+	return 0;
+}

@@ -1,0 +1,302 @@
+#include <bpf/bpf.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_set>
+
+#include "common/events.h"
+#include "core/bpf.h"
+#include "core/cuda_errors.h"
+#include "core/discovery.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "latency.skel.h"
+#include "latency/histogram.h"
+#include "latency/latency.h"
+#include "latency/latency_cmd.h"
+#include "trace/trace.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct SkelDeleter {
+  void operator()(latency_bpf* s) const { latency_bpf__destroy(s); }
+};
+
+using Key = std::pair<uint32_t, unsigned>;  // (pid or 0, api row)
+
+struct Snapshot {
+  std::map<Key, Buckets> hist;
+  std::map<Key, uint64_t> max;  // since start: BPF keeps one running maximum
+  std::map<std::tuple<uint32_t, unsigned, int32_t>, uint64_t> rets;
+};
+
+class Latency {
+ public:
+  explicit Latency(const LatencyOptions& o) : o_(o), selected_(select_apis(o.apis, "all")) {}
+  ~Latency() { destroy_links(links_); }
+  int run();
+
+ private:
+  void open_and_load();
+  void attach_object(const CudaObject& obj);
+  Snapshot read() const;
+  void print(bool final);
+
+  const LatencyOptions& o_;
+  std::vector<bool> selected_;
+  std::unique_ptr<latency_bpf, SkelDeleter> skel_;
+  std::vector<Link> links_;
+  Writer out_;
+  Snapshot prev_;
+  int ncpus_ = libbpf_num_possible_cpus();
+  size_t objects_ = 0, sites_ = 0;
+  bool multi_ = false;
+};
+
+void Latency::open_and_load() {
+  for (bool multi : {true, false}) {
+    skel_.reset(latency_bpf__open());
+    if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+    auto* ro = skel_->rodata;
+    ro->per_process = o_.per_process;
+    if (!o_.comm.empty()) {
+      ro->filter_comm = true;
+      strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
+    }
+    if (multi) {
+      prepare_uprobe_multi(skel_->progs.gs_lat_enter);
+      prepare_uprobe_multi(skel_->progs.gs_lat_exit);
+    }
+    int err = latency_bpf__load(skel_.get());
+    if (err == 0) {
+      multi_ = multi;
+      break;
+    }
+    if (!multi)
+      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  }
+}
+
+void Latency::attach_object(const CudaObject& obj) {
+  objects_++;
+  UprobeMultiTarget t;
+  t.path = obj.open_path;
+  std::unordered_set<uint64_t> offsets;
+  for (unsigned api = 0; api < GS_API_COUNT; api++) {
+    if (!selected_[api]) continue;
+    for (const char* suf : kApiVariantSuffixes) {
+      const ElfSymbol* sym = obj.symbols->find(std::string(api_symbol(api)) + suf);
+      if (!sym || !offsets.insert(sym->file_offset).second) continue;
+      t.offsets.push_back(sym->file_offset);
+      t.cookies.push_back(api);
+    }
+  }
+  if (t.offsets.empty()) return;
+  std::string err;
+  size_t ok = 0;
+  for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids) {
+    t.pid = pid;
+    for (bool ret : {false, true}) {
+      bpf_program* prog = ret ? skel_->progs.gs_lat_exit : skel_->progs.gs_lat_enter;
+      t.retprobe = ret;
+      if (multi_) {
+        if (Link l = attach_uprobe_multi(prog, t, &err)) links_.push_back(std::move(l)), ok += t.offsets.size();
+        continue;
+      }
+      for (size_t i = 0; i < t.offsets.size(); i++)
+        if (Link l = attach_uprobe(prog, {t.path, t.offsets[i], pid, t.cookies[i], ret}, &err))
+          links_.push_back(std::move(l)), ok++;
+    }
+  }
+  sites_ += ok;
+  if (o_.verbose || !err.empty())
+    fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in, t.offsets.size(),
+            err.empty() ? "" : ", attach failed: ", err.c_str());
+}
+
+template <typename K, typename F>
+void for_each_percpu(int fd, int ncpus, F f) {
+  std::vector<uint64_t> vals(ncpus);
+  K key{}, next{};
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    key = next;
+    cur = &key;
+    if (bpf_map_lookup_elem(fd, &key, vals.data()) != 0) continue;
+    f(key, vals);
+  }
+}
+
+Snapshot Latency::read() const {
+  Snapshot s;
+  int fd = bpf_map__fd(skel_->maps.stats);
+  std::vector<gs_lat_stats> vals(ncpus_);
+  gs_lat_key key{}, next{};
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    key = next;
+    cur = &key;
+    if (bpf_map_lookup_elem(fd, &key, vals.data()) != 0) continue;
+    auto& h = s.hist[{key.pid, key.api}];
+    auto& m = s.max[{key.pid, key.api}];
+    for (auto& v : vals) {
+      for (unsigned b = 0; b < kLatBuckets; b++) h[b] += v.buckets[b];
+      m = std::max<uint64_t>(m, v.max_ns);
+      if (v.ret_zero) s.rets[{key.pid, key.api, 0}] += v.ret_zero;
+    }
+  }
+  for_each_percpu<gs_lat_ret_key>(bpf_map__fd(skel_->maps.rets), ncpus_, [&](const gs_lat_ret_key& k, auto& v) {
+    uint64_t n = 0;
+    for (auto x : v) n += x;
+    s.rets[{k.pid, k.api, k.ret}] += n;
+  });
+  return s;
+}
+
+// Processes that have exited since keep their histogram but lose their name.
+std::string comm_suffix(pid_t pid) {
+  std::string c = proc_comm(pid);
+  return c.empty() ? "" : " (" + c + ")";
+}
+
+std::string ret_name(unsigned api, int32_t ret) {
+  return api_desc(api).layer == GS_LAYER_RUNTIME ? cuda_runtime_error_name(ret) : cuda_driver_error_name(ret);
+}
+
+void Latency::print(bool final) {
+  Snapshot now = read();
+  auto it = std::back_inserter(out_.buf());
+  bool any = false;
+  if (!o_.json && o_.interval_s > 0) {
+    time_t t = time(nullptr);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    fmt::format_to(it, "{:02}:{:02}:{:02}\n", tm.tm_hour, tm.tm_min, tm.tm_sec);
+  }
+  for (auto& [key, cum] : now.hist) {
+    LatencyStats s;
+    const Buckets* old = prev_.hist.count(key) ? &prev_.hist.at(key) : nullptr;
+    for (unsigned b = 0; b < kLatBuckets; b++) s.buckets[b] = cum[b] - (old ? (*old)[b] : 0);
+    if (s.count() == 0) continue;
+    s.max_ns = now.max[key];
+    any = true;
+    auto [pid, api] = key;
+    if (o_.json) {
+      JsonLine j(out_.buf());
+      j.str("type", "latency");
+      if (o_.per_process) j.num("pid", pid);
+      j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
+      j.end();
+      // Buckets are an array of objects; JsonLine writes flat objects, so splice it in before '}'.
+      auto& b = out_.buf();
+      b.resize(b.size() - 2);
+      fmt::format_to(it, ",\"buckets\":[");
+      unsigned first = kLatBuckets, last = 0;
+      for (unsigned i = 0; i < kLatBuckets; i++)
+        if (s.buckets[i]) first = std::min(first, i), last = i;
+      for (unsigned i = first; i <= last; i++)
+        fmt::format_to(it, "{}{{\"le_ns\":{},\"count\":{}}}", i == first ? "" : ",", bucket_le(i), s.buckets[i]);
+      fmt::format_to(it, "],\"count\":{},\"p50_ns\":{},\"p95_ns\":{},\"p99_ns\":{},\"max_ns\":{}}}\n", s.count(),
+                     static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)),
+                     static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)),
+                     static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)), s.max_ns);
+    } else {
+      std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
+                                      o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");
+      render_histogram(out_.buf(), title, s);
+      fmt::format_to(it, "  return codes:\n");
+      for (auto& [rk, n] : now.rets) {
+        auto [rpid, rapi, ret] = rk;
+        if (rpid != pid || rapi != api) continue;
+        uint64_t d = n - (prev_.rets.count(rk) ? prev_.rets.at(rk) : 0);
+        if (d) fmt::format_to(it, "    {:<40} {}\n", ret_name(api, ret), d);
+      }
+      fmt::format_to(it, "\n");
+    }
+  }
+  if (o_.json) {
+    for (auto& [rk, n] : now.rets) {
+      uint64_t d = n - (prev_.rets.count(rk) ? prev_.rets.at(rk) : 0);
+      if (!d) continue;
+      auto [pid, api, ret] = rk;
+      JsonLine j(out_.buf());
+      j.str("type", "errors");
+      if (o_.per_process) j.num("pid", pid);
+      j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", ret_name(api, ret)).num("count", d);
+      j.end();
+    }
+  }
+  if (!any && !o_.json && (final || o_.interval_s > 0)) fmt::format_to(it, "no calls of the selected APIs\n\n");
+  if (final) {
+    uint64_t lost_state = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_LAT_DROP_STATE_FULL);
+    uint64_t lost_hist = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_LAT_DROP_HIST_FULL);
+    if (lost_state || lost_hist)
+      fprintf(stderr, "gpuscope: %llu calls not timed (no per-thread state), %llu not counted (histogram map full)\n",
+              (unsigned long long)lost_state, (unsigned long long)lost_hist);
+  }
+  prev_ = std::move(now);
+  out_.flush();
+}
+
+int Latency::run() {
+  for (pid_t pid : o_.pids)
+    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
+  std::unordered_set<std::string> names;
+  for (unsigned i = 0; i < GS_API_COUNT; i++)
+    if (selected_[i])
+      for (const char* suf : kApiVariantSuffixes) names.insert(std::string(api_symbol(i)) + suf);
+  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
+  std::vector<CudaObject> initial;
+  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  require_bpf_privileges();
+  set_libbpf_verbose(o_.verbose);
+  open_and_load();
+  if (o_.pids.empty())
+    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
+  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
+  for (const auto& obj : initial) attach_object(obj);
+
+  StopControl stop(o_.duration_s);
+  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects; %s. Ctrl-C to end.\n", sites_, objects_,
+          o_.interval_s > 0 ? fmt::format("printing every {} s", o_.interval_s).c_str() : "printing at the end");
+  using clock = std::chrono::steady_clock;
+  auto next_scan = clock::now();
+  auto next_print = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
+  while (!stop.should_stop()) {
+    usleep(50000);
+    auto now = clock::now();
+    if (o_.interval_s > 0 && now >= next_print) {
+      print(false);
+      next_print += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
+    }
+    if (now < next_scan) continue;
+    next_scan = now + std::chrono::milliseconds(400);
+    for (const auto& obj : disc.scan_processes()) attach_object(obj);
+    if (!o_.pids.empty()) {
+      bool alive = false;
+      for (pid_t p : o_.pids) alive |= pid_exists(p);
+      if (!alive) break;
+    }
+  }
+  destroy_links(links_);
+  print(true);
+  return 0;
+}
+
+}  // namespace
+
+int run_latency(const LatencyOptions& opts) {
+  Latency l(opts);
+  return l.run();
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,533 @@
+// gpuscope bridge against the NVML stand-in, on real bpffs: the pinned maps are read back with
+// libbpf, byte offsets included, and compared with what the stand-in was told to answer.
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "bridge/bridge_maps.h"
+#include "bridge/layout_fields.h"
+#include "bridge_layout.skel.h"
+#include "core/clock.h"
+#include "core/system.h"
+#include "harness.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <memory>
+
+using namespace gstest;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const kPins[] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
+
+struct Fd {
+  int fd;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// A fresh directory on bpffs for one test's pins, removed with them afterwards.
+struct PinDir {
+  std::string path;
+  PinDir() {
+    static int n = 0;
+    EXPECT_TRUE(gpuscope::ensure_bpffs());
+    path = "/sys/fs/bpf/gstest-bridge-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    mkdir(path.c_str(), 0700);
+  }
+  ~PinDir() {
+    for (auto* p : kPins) unlink((path + "/" + p).c_str());
+    rmdir(path.c_str());
+  }
+  std::string pin(const char* name) const { return path + "/" + name; }
+  int entries() const { return static_cast<int>(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
+};
+
+// The stand-in's answers; replaced by rename so the stand-in never reads half a file.
+struct StandinFile {
+  std::string path;
+  StandinFile() {
+    static int n = 0;
+    path = "/tmp/gstest-nvml-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".txt";
+  }
+  ~StandinFile() { unlink(path.c_str()); }
+  void write(const std::string& text) const {
+    std::string tmp = path + ".new";
+    std::ofstream(tmp) << text;
+    fs::rename(tmp, path);
+  }
+  std::string env() const { return "NVML_STANDIN_FILE=" + path; }
+};
+
+const char* const kTwoDevices =
+    "device 0 util 37 memutil 12 mem_total 85899345920 mem_free 81067507712 mem_used 4294967296 "
+    "mem_reserved 536870912 temp 55 power 123456 smclk 1410 memclk 2619 throttle 0x105 pcie_tx 1000 pcie_rx 2000 "
+    "enc 3 dec 4 fan 40 compute_mode 3 ecc_corr 7 ecc_uncorr 1\n"
+    "device 1 util 91 memutil 44 mem_total 17179869184 mem_free 1 mem_used 8589934592 mem_reserved 1048576 "
+    "temp ERR power 300000 smclk 1980 memclk 1593 throttle 0 pcie_tx ERR pcie_rx 5 enc 0 dec 9 fan 100 "
+    "compute_mode 0 ecc_corr 0 ecc_uncorr 0\n"
+    "process 0 1234 1048576\n"
+    "process 1 1234 2097152\n"
+    "process 1 4321 NA\n"
+    "process 0 777 3145728\n";
+
+std::vector<std::string> bridge_argv(const PinDir& d, std::vector<std::string> extra = {}) {
+  std::vector<std::string> v{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+struct Bridge {
+  Process p;
+  Bridge(const PinDir& d, const StandinFile& f, std::vector<std::string> extra = {})
+      : p(bridge_argv(d, std::move(extra)), {f.env()}) {
+    if (!p.wait_for("bridge publishing", 10, true)) ADD_FAILURE() << "bridge did not start: " << p.err();
+  }
+};
+
+template <typename V, typename K>
+bool lookup(const std::string& pin, K key, V* v) {
+  Fd fd(bpf_obj_get(pin.c_str()));
+  return fd.fd >= 0 && bpf_map_lookup_elem(fd.fd, &key, v) == 0;
+}
+
+gpu_meta meta(const PinDir& d) {
+  gpu_meta m{};
+  EXPECT_TRUE(lookup(d.pin(GPU_PIN_META), 0u, &m));
+  return m;
+}
+
+uint32_t map_id(const std::string& pin) {
+  Fd fd(bpf_obj_get(pin.c_str()));
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (fd.fd < 0 || bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0) return 0;
+  return info.id;
+}
+
+// Waits until the bridge has published `n` more ticks.
+void wait_ticks(const PinDir& d, int n) {
+  uint64_t last = meta(d).last_update_boottime_ns;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (int seen = 0; seen < n;) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "no bridge tick under " << d.path;
+      return;
+    }
+    std::this_thread::sleep_for(10ms);
+    uint64_t now = meta(d).last_update_boottime_ns;
+    if (now != last) seen++, last = now;
+  }
+}
+
+template <typename T>
+T at(const unsigned char* raw, size_t off) {
+  T v;
+  memcpy(&v, raw + off, sizeof v);
+  return v;
+}
+
+std::vector<json> lines_of(const std::string& out, const std::string& type) {
+  std::vector<json> v;
+  for (auto& j : parse_lines(out))
+    if (j["type"] == type) v.push_back(j);
+  return v;
+}
+
+}  // namespace
+
+TEST(BridgeLayout, EveryPublishedFieldMatchesNvml) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  uint64_t rt0 = gpuscope::realtime_ns(), bt0 = gpuscope::boottime_ns();
+  Bridge b(d, f, {"--json"});
+  wait_ticks(d, 1);
+  b.p.signal(SIGINT);
+  ASSERT_EQ(b.p.wait(10), 0) << b.p.err();
+  uint64_t rt1 = gpuscope::realtime_ns(), bt1 = gpuscope::boottime_ns();
+
+  // meta, by the contract's byte offsets.
+  unsigned char raw[128];
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_META), 0u, reinterpret_cast<gpu_meta*>(raw)));
+  EXPECT_EQ(at<uint32_t>(raw, 0), 1u);
+  EXPECT_EQ(at<uint32_t>(raw, 4), 2u);
+  EXPECT_GT(at<uint64_t>(raw, 8), bt0);
+  EXPECT_LT(at<uint64_t>(raw, 8), bt1);
+  EXPECT_EQ(at<uint32_t>(raw, 16), static_cast<uint32_t>(b.p.pid()));
+  EXPECT_EQ(at<uint32_t>(raw, 20), 100u);
+  EXPECT_NEAR(static_cast<double>(at<int64_t>(raw, 24)), static_cast<double>(gpuscope::realtime_minus_boottime_ns()),
+              1e6);
+
+  // Device 0: every field the stand-in answers.
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), 0u, reinterpret_cast<gpu_device_metrics*>(raw)));
+  EXPECT_GT(at<uint64_t>(raw, 0), rt0);
+  EXPECT_LT(at<uint64_t>(raw, 0), rt1);
+  EXPECT_EQ(at<uint32_t>(raw, 8), 37u);
+  EXPECT_EQ(at<uint32_t>(raw, 12), 12u);
+  EXPECT_EQ(at<uint64_t>(raw, 16), 85899345920ull);
+  EXPECT_EQ(at<uint64_t>(raw, 24), 4294967296ull);
+  EXPECT_EQ(at<uint64_t>(raw, 32), 536870912ull);
+  EXPECT_EQ(at<uint32_t>(raw, 40), 55u);
+  EXPECT_EQ(at<uint32_t>(raw, 44), 123456u);
+  EXPECT_EQ(at<uint32_t>(raw, 48), 1410u);
+  EXPECT_EQ(at<uint32_t>(raw, 52), 2619u);
+  EXPECT_EQ(at<uint64_t>(raw, 56), 0x105ull);
+  EXPECT_EQ(at<uint64_t>(raw, 64), 1000ull);
+  EXPECT_EQ(at<uint64_t>(raw, 72), 2000ull);
+  EXPECT_EQ(at<uint32_t>(raw, 80), 3u);
+  EXPECT_EQ(at<uint32_t>(raw, 84), 4u);
+  EXPECT_EQ(at<uint64_t>(raw, 88), 0ull) << "no NVLink source";
+  EXPECT_EQ(at<uint64_t>(raw, 96), 0ull);
+  EXPECT_EQ(at<uint64_t>(raw, 104), 7ull);
+  EXPECT_EQ(at<uint64_t>(raw, 112), 1ull);
+  EXPECT_EQ(at<uint32_t>(raw, 120), 40u);
+  EXPECT_EQ(at<uint32_t>(raw, 124), 3u);
+
+  // Device 1: the calls that fail give 0, the others their values.
+  gpu_device_metrics m1{};
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), 1u, &m1));
+  EXPECT_EQ(m1.sm_util_pct, 91u);
+  EXPECT_EQ(m1.mem_util_pct, 44u);
+  EXPECT_EQ(m1.mem_total_bytes, 17179869184ull);
+  EXPECT_EQ(m1.mem_used_bytes, 8589934592ull);
+  EXPECT_EQ(m1.mem_reserved_bytes, 1048576ull);
+  EXPECT_EQ(m1.temp_c, 0u) << "temperature call failed";
+  EXPECT_EQ(m1.power_mw, 300000u);
+  EXPECT_EQ(m1.sm_clock_mhz, 1980u);
+  EXPECT_EQ(m1.mem_clock_mhz, 1593u);
+  EXPECT_EQ(m1.pcie_tx_kbps, 0ull) << "PCIe TX call failed";
+  EXPECT_EQ(m1.pcie_rx_kbps, 5ull);
+  EXPECT_EQ(m1.dec_util_pct, 9u);
+  EXPECT_EQ(m1.fan_speed_pct, 100u);
+  gpu_device_metrics zero{};
+  for (uint32_t i = 2; i < GPU_MAX_DEVICES; i++) {
+    gpu_device_metrics m{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), i, &m));
+    EXPECT_EQ(memcmp(&m, &zero, sizeof m), 0) << "device " << i;
+  }
+
+  // Per pid per device: exactly the stand-in's list; NOT_AVAILABLE memory is 0.
+  struct Want {
+    uint32_t pid;
+    uint8_t dev;
+    uint64_t bytes;
+  };
+  for (Want w : {Want{1234, 0, 1048576}, Want{1234, 1, 2097152}, Want{4321, 1, 0}, Want{777, 0, 3145728}}) {
+    uint64_t key = (uint64_t{w.pid} << 32) | w.dev;
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), key, reinterpret_cast<gpu_pid_device*>(raw)))
+        << w.pid << "/" << int(w.dev);
+    EXPECT_GT(at<uint64_t>(raw, 0), rt0);
+    EXPECT_LT(at<uint64_t>(raw, 0), rt1);
+    EXPECT_EQ(at<uint64_t>(raw, 8), w.bytes);
+    for (size_t off : {16, 20, 24, 28}) EXPECT_EQ(at<uint32_t>(raw, off), 0u) << "per-process utilization unused";
+    EXPECT_EQ(raw[32], w.dev);
+    EXPECT_EQ(raw[33], 0) << "mig_instance";
+    EXPECT_EQ(at<uint16_t>(raw, 34), 0);
+    EXPECT_EQ(at<uint32_t>(raw, 36), 0u) << "reserved tail";
+  }
+  {
+    Fd fd(bpf_obj_get(d.pin(GPU_PIN_PER_PID_PER_DEVICE).c_str()));
+    uint64_t k, n = 0;
+    int count = 0;
+    for (void* prev = nullptr; bpf_map_get_next_key(fd.fd, prev, &n) == 0; prev = &k) k = n, count++;
+    EXPECT_EQ(count, 4);
+  }
+
+  // Per pid aggregate.
+  struct Agg {
+    uint32_t pid;
+    uint64_t total;
+    uint8_t primary, count;
+  };
+  for (Agg w : {Agg{1234, 3145728, GPU_DEVICE_SEVERAL, 2}, Agg{4321, 0, 1, 1}, Agg{777, 3145728, 0, 1}}) {
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), w.pid, reinterpret_cast<gpu_pid*>(raw))) << w.pid;
+    EXPECT_GT(at<uint64_t>(raw, 0), rt0);
+    EXPECT_EQ(at<uint64_t>(raw, 8), w.total) << w.pid;
+    EXPECT_EQ(at<uint32_t>(raw, 16), 0u);
+    EXPECT_EQ(at<uint32_t>(raw, 20), 0u);
+    EXPECT_EQ(raw[24], w.primary) << w.pid;
+    EXPECT_EQ(raw[25], w.count) << w.pid;
+    EXPECT_EQ(at<uint16_t>(raw, 26), 0);
+    EXPECT_EQ(at<uint32_t>(raw, 28), 0u) << "reserved tail";
+  }
+
+  // --json prints what the last tick published.
+  auto devs = lines_of(b.p.out(), "device");
+  ASSERT_GE(devs.size(), 2u);
+  auto& j1 = devs.back();
+  EXPECT_EQ(j1["device"], 1);
+  EXPECT_EQ(j1["sm_util_pct"], 91);
+  EXPECT_EQ(j1["mem_reserved_bytes"], 1048576);
+  EXPECT_EQ(j1["timestamp_ns"].get<uint64_t>(), m1.timestamp_ns);
+  auto procs = lines_of(b.p.out(), "process");
+  int last_tick = procs.back()["tick"];
+  int n_last = 0;
+  for (auto& p : procs) {
+    if (p["tick"] != last_tick) continue;
+    n_last++;
+    if (p["pid"] == 1234) {
+      EXPECT_EQ(p["gpu_device_primary"], 255);
+      EXPECT_EQ(p["device_count"], 2);
+      EXPECT_EQ(p["used_gpu_memory_total_bytes"], 3145728);
+    }
+  }
+  EXPECT_EQ(n_last, 4);
+  auto metas = lines_of(b.p.out(), "meta");
+  ASSERT_FALSE(metas.empty());
+  EXPECT_EQ(metas.back()["last_update_boottime_ns"].get<uint64_t>(), meta(d).last_update_boottime_ns);
+}
+
+TEST(BridgeLayout, BpfProgramAndCxxAgree) {
+  std::unique_ptr<bridge_layout_bpf, void (*)(bridge_layout_bpf*)> skel(bridge_layout_bpf__open(),
+                                                                        bridge_layout_bpf__destroy);
+  ASSERT_TRUE(skel);
+#define S(s) sizeof(s),
+#define F(s, f) offsetof(s, f),
+  const size_t cxx[] = {GPU_BRIDGE_LAYOUT(S, F)};
+  const char* names[] = {
+#undef S
+#undef F
+#define S(s) #s,
+#define F(s, f) #s "." #f,
+      GPU_BRIDGE_LAYOUT(S, F)};
+#undef S
+#undef F
+  constexpr size_t n = sizeof cxx / sizeof cxx[0];
+  ASSERT_EQ(sizeof skel->rodata->layout / sizeof(uint32_t), n);
+  for (size_t i = 0; i < n; i++) EXPECT_EQ(skel->rodata->layout[i], cxx[i]) << names[i];
+
+  // A BPF program built from the same header reads a bridge's pinned meta.
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  auto r = run(bridge_argv(d, {"-d", "0.3"}), {f.env()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Fd pinned(bpf_obj_get(d.pin(GPU_PIN_META).c_str()));
+  ASSERT_GE(pinned.fd, 0);
+  ASSERT_EQ(bpf_map__reuse_fd(skel->maps.gpu_meta, pinned.fd), 0);
+  ASSERT_EQ(bridge_layout_bpf__load(skel.get()), 0);
+  LIBBPF_OPTS(bpf_test_run_opts, opts);
+  unsigned long long args[2] = {};
+  opts.ctx_in = args;
+  opts.ctx_size_in = sizeof args;
+  ASSERT_EQ(bpf_prog_test_run_opts(bpf_program__fd(skel->progs.read_meta), &opts), 0) << strerror(errno);
+  EXPECT_EQ(skel->bss->seen_update_ns, meta(d).last_update_boottime_ns);
+  EXPECT_NE(skel->bss->seen_update_ns, 0u);
+}
+
+TEST(BridgeSamples, BurstBetweenPollsMovesLastActive) {
+  PinDir d, d_poll;
+  StandinFile f;
+  f.write("device 0 util 0\ndevice 1 util 0\n");
+  Bridge b(d, f, {"--json", "--poll-interval-ms", "200"});
+  Bridge poll_only(d_poll, f, {"--json", "--poll-interval-ms", "200", "--no-samples"});
+  wait_ticks(d, 1);
+  // A burst that ended between two polls; the newest sample is idle again, as is the poll.
+  uint64_t now_us = gpuscope::realtime_ns() / 1000;
+  uint64_t busy_us = now_us - 40000;
+  f.write(fmt::format("device 0 util 0\ndevice 1 util 0\nsample 0 {} 50\nsample 0 {} 80\nsample 0 {} 0\n",
+                      now_us - 60000, busy_us, now_us - 10000));
+  wait_ticks(d, 3);
+  wait_ticks(d_poll, 1);
+  b.p.signal(SIGINT);
+  poll_only.p.signal(SIGINT);
+  ASSERT_EQ(b.p.wait(10), 0);
+  ASSERT_EQ(poll_only.p.wait(10), 0);
+
+  std::vector<json> busy;
+  for (auto& j : lines_of(b.p.out(), "device"))
+    if (j["from_sample"] == true) busy.push_back(j);
+  ASSERT_EQ(busy.size(), 1u) << b.p.out();
+  EXPECT_EQ(busy[0]["device"], 0);
+  EXPECT_EQ(busy[0]["sm_util_pct"], 80) << "the newest non-zero sample's value";
+  EXPECT_EQ(busy[0]["timestamp_ns"].get<uint64_t>(), busy_us * 1000) << "and its time";
+  // A consumer's latch: realtime - clock_offset gives boot time, just before the write above.
+  int64_t offset = 0;
+  for (auto& m : lines_of(b.p.out(), "meta"))
+    if (m["tick"] == busy[0]["tick"]) offset = m["clock_offset_ns"];
+  uint64_t latch_boot = busy_us * 1000 - static_cast<uint64_t>(offset);
+  EXPECT_NEAR(static_cast<double>(latch_boot),
+              static_cast<double>(gpuscope::boottime_ns() - (gpuscope::realtime_ns() - busy_us * 1000)), 5e6);
+  // The tick after goes back to the poll: a sample counts once.
+  int later = 0;
+  for (auto& j : lines_of(b.p.out(), "device"))
+    if (j["device"] == 0 && j["tick"] > busy[0]["tick"]) {
+      later++;
+      EXPECT_EQ(j["sm_util_pct"], 0);
+    }
+  EXPECT_GE(later, 1);
+
+  for (auto& j : lines_of(poll_only.p.out(), "device")) {
+    EXPECT_EQ(j["from_sample"], false);
+    EXPECT_EQ(j["sm_util_pct"], 0) << "polling alone misses the burst";
+  }
+}
+
+TEST(BridgeLifecycle, FreshnessAdvancesEachTickAndStopsAfterExit) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  Bridge b(d, f);
+  uint64_t prev = meta(d).last_update_boottime_ns;
+  for (int i = 0; i < 4; i++) {
+    wait_ticks(d, 1);
+    uint64_t now = meta(d).last_update_boottime_ns;
+    EXPECT_GT(now - prev, 50'000'000u);
+    EXPECT_LT(now - prev, 400'000'000u);  // a loaded 2-core VM delays ticks
+    EXPECT_LT(gpuscope::boottime_ns() - now, 300'000'000u);
+    prev = now;
+  }
+  b.p.signal(SIGTERM);
+  ASSERT_EQ(b.p.wait(10), 0);
+  EXPECT_NE(b.p.err().find("pins kept"), std::string::npos) << b.p.err();
+  uint64_t stopped = meta(d).last_update_boottime_ns;
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(meta(d).last_update_boottime_ns, stopped) << "stale after exit";
+  EXPECT_EQ(d.entries(), 4) << "pins are kept";
+}
+
+TEST(BridgeLifecycle, SecondBridgeRefusesWhileFirstLives) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  Bridge first(d, f);
+  uint32_t id = map_id(d.pin(GPU_PIN_META));
+  auto r = run(bridge_argv(d), {f.env()}, 10);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, fmt::format("gpuscope: bridge pid {} is publishing under {} (updated ", first.p.pid(), d.path) +
+                       r.err.substr(r.err.find("updated ") + 8, r.err.find(" ms ago") - r.err.find("updated ") - 8) +
+                       " ms ago); stop it first\n");
+  EXPECT_EQ(map_id(d.pin(GPU_PIN_META)), id);
+  wait_ticks(d, 1);
+  EXPECT_EQ(meta(d).helper_pid, static_cast<uint32_t>(first.p.pid()));
+}
+
+TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  // An incompatible leftover (wrong value size) is replaced, not reused.
+  {
+    Fd odd(bpf_map_create(BPF_MAP_TYPE_ARRAY, "odd", 4, 64, 1, nullptr));
+    ASSERT_EQ(bpf_obj_pin(odd.fd, d.pin(GPU_PIN_PER_PID).c_str()), 0);
+  }
+  uint32_t odd_id = map_id(d.pin(GPU_PIN_PER_PID));
+  auto first = std::make_unique<Bridge>(d, f);
+  EXPECT_NE(map_id(d.pin(GPU_PIN_PER_PID)), odd_id);
+  uint32_t ids[4];
+  for (int i = 0; i < 4; i++) ids[i] = map_id(d.pin(kPins[i]));
+  // A consumer that opened the maps before the crash.
+  Fd meta_fd(bpf_obj_get(d.pin(GPU_PIN_META).c_str())), dev_fd(bpf_obj_get(d.pin(GPU_PIN_DEVICE).c_str()));
+  first->p.signal(SIGKILL);
+  first->p.wait(10);
+  first.reset();
+  gpu_meta m{};
+  uint32_t zero = 0;
+  ASSERT_EQ(bpf_map_lookup_elem(meta_fd.fd, &zero, &m), 0);
+  uint64_t dead = m.last_update_boottime_ns;
+
+  f.write(std::string(kTwoDevices) + "device 0 util 55\n");
+  Bridge second(d, f);
+  EXPECT_NE(second.p.err().find("taken over in place"), std::string::npos) << second.p.err();
+  for (int i = 0; i < 4; i++) EXPECT_EQ(map_id(d.pin(kPins[i])), ids[i]) << kPins[i];
+  wait_ticks(d, 1);
+  ASSERT_EQ(bpf_map_lookup_elem(meta_fd.fd, &zero, &m), 0);
+  EXPECT_GT(m.last_update_boottime_ns, dead);
+  EXPECT_EQ(m.helper_pid, static_cast<uint32_t>(second.p.pid()));
+  EXPECT_LT(gpuscope::boottime_ns() - m.last_update_boottime_ns, 300'000'000u);
+  gpu_device_metrics dm{};
+  ASSERT_EQ(bpf_map_lookup_elem(dev_fd.fd, &zero, &dm), 0);
+  EXPECT_EQ(dm.sm_util_pct, 55u) << "the old fd sees the new bridge's data";
+}
+
+TEST(BridgeLifecycle, StaleLiveHolderIsTakenOverAndStepsDown) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  Bridge first(d, f);
+  uint32_t id = map_id(d.pin(GPU_PIN_DEVICE));
+  first.p.signal(SIGSTOP);  // alive, but its data goes stale
+  std::this_thread::sleep_for(1200ms);
+  Bridge second(d, f);
+  EXPECT_EQ(map_id(d.pin(GPU_PIN_DEVICE)), id);
+  first.p.signal(SIGCONT);
+  EXPECT_EQ(first.p.wait(10), 1);
+  EXPECT_NE(first.p.err().find(fmt::format("gpuscope: bridge pid {} took over", second.p.pid())), std::string::npos)
+      << first.p.err();
+  wait_ticks(d, 1);
+  EXPECT_EQ(meta(d).helper_pid, static_cast<uint32_t>(second.p.pid()));
+}
+
+TEST(BridgeLifecycle, PidLeavingTheProcessListLeavesTheMaps) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  Bridge b(d, f);
+  gpu_pid v{};
+  gpu_pid_device pd{};
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), 4321u, &v));
+  std::string without(kTwoDevices);
+  without.erase(without.find("process 1 4321 NA\n"), 18);
+  without.erase(without.find("process 1 1234 2097152\n"), 23);
+  f.write(without);
+  wait_ticks(d, 2);
+  EXPECT_FALSE(lookup(d.pin(GPU_PIN_PER_PID), 4321u, &v));
+  EXPECT_FALSE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), (uint64_t{4321} << 32) | 1, &pd));
+  EXPECT_FALSE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), (uint64_t{1234} << 32) | 1, &pd));
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), (uint64_t{1234} << 32) | 0, &pd));
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), 1234u, &v));
+  EXPECT_EQ(v.gpu_device_primary, 0) << "now on one device";
+  EXPECT_EQ(v.device_count, 1);
+  EXPECT_EQ(v.used_gpu_memory_total_bytes, 1048576u);
+}
+
+TEST(BridgeBadInput, OneLineExitTwoNothingPinned) {
+  PinDir d;
+  StandinFile f, failing;
+  f.write(kTwoDevices);
+  failing.write(std::string(kTwoDevices) + "init_fail 9\n");
+  std::string not_elf = f.path;  // a text file
+  struct Case {
+    std::vector<std::string> args;
+    const StandinFile* file;
+    std::string says;
+  };
+  std::vector<Case> cases = {
+      {bridge_argv(d, {"--poll-interval-ms", "0"}), &f, "--poll-interval-ms"},
+      {{gpuscope_bin(), "bridge", "--nvml", "/bin/true", "--pin-dir", d.path}, &f, "NVML not available"},
+      {{gpuscope_bin(), "bridge", "--nvml", not_elf, "--pin-dir", d.path}, &f, "NVML not available"},
+      {{gpuscope_bin(), "bridge", "--nvml", "/nonexistent/libnvidia-ml.so.1", "--pin-dir", d.path}, &f,
+       "NVML not available"},
+      {bridge_argv(d), &failing, "nvmlInit_v2 failed"},
+      {{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", "/tmp"}, &f, "not a directory on bpffs"},
+  };
+  for (auto& c : cases) {
+    auto r = run(c.args, {c.file->env()}, 10);
+    std::string cmd;
+    for (auto& a : c.args) cmd += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_EQ(r.err.rfind("gpuscope: ", 0), 0u) << cmd << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << cmd << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << cmd << r.err;
+    EXPECT_TRUE(r.out.empty()) << cmd;
+    EXPECT_EQ(d.entries(), 0) << cmd;
+  }
+  EXPECT_FALSE(fs::exists("/tmp/" GPU_PIN_META));
+}

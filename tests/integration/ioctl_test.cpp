@@ -1,0 +1,156 @@
+// gpuscope ioctl against this test's own calls. No NVIDIA driver here: a major-195 node in a
+// temporary directory opened with O_PATH gives an fd whose ioctls fail with EBADF, after
+// sys_enter_ioctl has seen them (a plain open would fail with ENXIO).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gstest;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr unsigned long kRmControl = 0xC020462A;  // _IOWR('F', 0x2A, 32 bytes): NV_ESC_RM_CONTROL
+
+struct Node {
+  fs::path dir = fs::temp_directory_path() / ("gstest-ioctl-" + std::to_string(getpid()));
+  fs::path path = dir / "nvidia7";
+  Node() {
+    fs::create_directories(dir);
+    if (mknod(path.c_str(), S_IFCHR | 0600, makedev(195, 7)) != 0) ADD_FAILURE() << "mknod: " << strerror(errno);
+  }
+  ~Node() { fs::remove_all(dir); }
+};
+
+// Runs `gpuscope ioctl ARGS -p <this test> --json` around `work`; returns its lines.
+template <typename F>
+std::vector<json> around(std::vector<std::string> args, F work, std::string* err = nullptr) {
+  args.insert(args.begin(), {gpuscope_bin(), "ioctl", "--json", "-p", std::to_string(getpid())});
+  Process g(args);
+  EXPECT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
+  work();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  if (err) *err = g.err();
+  return parse_lines(g.out());
+}
+
+void nv_calls(const Node& n, int ioctls) {
+  int fd = open(n.path.c_str(), O_PATH);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  for (int i = 0; i < ioctls; i++) {
+    errno = 0;
+    EXPECT_EQ(ioctl(fd, kRmControl, nullptr), -1);
+    EXPECT_EQ(errno, EBADF);
+  }
+  EXPECT_EQ(mmap(nullptr, 8192, PROT_READ, MAP_SHARED, fd, 0), MAP_FAILED);
+  close(fd);
+}
+
+void other_calls() {
+  int null = open("/dev/null", O_RDWR);
+  ioctl(null, kRmControl, nullptr);
+  ioctl(null, FIONREAD, nullptr);
+  close(null);
+  char tmpl[] = "/tmp/gstest-ioctl-file-XXXXXX";
+  int f = mkstemp(tmpl);
+  int n = 0;
+  ioctl(f, FIONREAD, &n);
+  ioctl(f, kRmControl, nullptr);
+  close(f);
+  unlink(tmpl);
+}
+
+void check(const std::vector<json>& lines, int ioctls) {
+  std::vector<json> io, mm;
+  for (auto& l : lines) {
+    if (l["pid"] != getpid()) continue;
+    if (l["type"] == "ioctl") io.push_back(l);
+    if (l["type"] == "mmap") mm.push_back(l);
+  }
+  ASSERT_EQ(io.size(), 1u) << "only the NVIDIA node counts, not /dev/null or a regular file";
+  auto& l = io[0];
+  EXPECT_EQ(l["dev"], "195:7");
+  EXPECT_EQ(l["device"], "nvidia7");
+  EXPECT_EQ(l["request"], "0xc020462a");
+  EXPECT_EQ(l["name"], "NV_ESC_RM_CONTROL");
+  EXPECT_EQ(l["dir"], "rw");
+  EXPECT_EQ(l["ioc_type"], 'F');
+  EXPECT_EQ(l["nr"], 0x2A);
+  EXPECT_EQ(l["size"], 32);
+  EXPECT_EQ(l["count"], ioctls);
+  EXPECT_EQ(l["errors"], ioctls);
+  EXPECT_GT(l["total_ns"].get<uint64_t>(), 0u);
+  EXPECT_GE(l["total_ns"].get<uint64_t>(), l["max_ns"].get<uint64_t>());
+  EXPECT_GT(l["max_ns"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(l["comm"].get<std::string>().empty());
+  ASSERT_EQ(mm.size(), 1u);
+  EXPECT_EQ(mm[0]["dev"], "195:7");
+  EXPECT_EQ(mm[0]["count"], 1);
+  EXPECT_EQ(mm[0]["bytes"], 8192);
+}
+
+}  // namespace
+
+TEST(Ioctl, CountsNvidiaNodeOnly) {
+  Node n;
+  auto lines = around({}, [&] {
+    other_calls();
+    nv_calls(n, 5);
+    other_calls();
+  });
+  check(lines, 5);
+}
+
+TEST(Ioctl, RawTracepointFallback) {
+  Node n;
+  std::string err;
+  auto lines = around({"--raw-syscalls"}, [&] { nv_calls(n, 3), other_calls(); }, &err);
+  EXPECT_NE(err.find("via raw_tp sys_enter/sys_exit"), std::string::npos) << err;
+  check(lines, 3);
+}
+
+TEST(Ioctl, EventsStreamOnePerCall) {
+  Node n;
+  auto lines = around({"--events"}, [&] { nv_calls(n, 4), other_calls(); });
+  std::vector<json> ev;
+  for (auto& l : lines)
+    if (l["type"] == "ioctl_event") ev.push_back(l);
+  ASSERT_EQ(ev.size(), 4u);
+  for (auto& e : ev) {
+    EXPECT_EQ(e["pid"], getpid());
+    EXPECT_EQ(e["tid"], gettid());
+    EXPECT_EQ(e["ret"], -EBADF);
+    EXPECT_EQ(e["request"], "0xc020462a");
+    EXPECT_EQ(e["name"], "NV_ESC_RM_CONTROL");
+    EXPECT_EQ(e["dev"], "195:7");
+    EXPECT_GT(e["dur_ns"].get<uint64_t>(), 0u);
+  }
+  check(lines, 4);
+}
+
+TEST(Ioctl, BadInputOneLineExit2) {
+  for (std::vector<std::string> a : {std::vector<std::string>{"--bogus"}, {"--interval", "0"}, {"-p", "999999999"},
+                                     {"-p", "abc"}}) {
+    a.insert(a.begin(), {gpuscope_bin(), "ioctl"});
+    auto r = run(a);
+    EXPECT_EQ(r.exit_code, 2) << a.back();
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}

@@ -1,0 +1,143 @@
+// gpuscope latency against real processes: stand-in calls that busy-wait known times, the
+// real libcudart without a GPU, and bad input.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gstest;
+
+namespace {
+
+std::string standin_drv() { return standin_lib_dir() + "/libcuda.so.1"; }
+
+// Runs `gpuscope latency ARGS` around one workload run; returns stdout.
+std::string latency_around(std::vector<std::string> args, const std::vector<std::string>& workload, pid_t* pid) {
+  args.insert(args.begin(), {gpuscope_bin(), "latency"});
+  Process g(args);
+  EXPECT_TRUE(g.wait_for("gpuscope: timing", 30, true)) << g.err();
+  // SCHED_FIFO keeps the build jobs sharing this VM from preempting the busy-waits.
+  std::vector<std::string> argv{"chrt", "-f", "10"};
+  argv.insert(argv.end(), workload.begin(), workload.end());
+  Process w(argv);
+  *pid = ready_pid(w);
+  EXPECT_EQ(w.wait(60), 0) << w.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  return g.out();
+}
+
+std::vector<json> of(const std::vector<json>& lines, const std::string& type, pid_t pid, const std::string& api) {
+  std::vector<json> r;
+  for (auto& l : lines)
+    if (l["type"] == type && l["pid"] == pid && l["api"] == api) r.push_back(l);
+  return r;
+}
+
+}  // namespace
+
+TEST(Latency, BusyWaitsLandInTheirBuckets) {
+  pid_t pid;
+  auto lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cuMemAlloc_v2", "--lib", standin_drv()},
+                                          {standin_app(), "latency", "20", "5"}, &pid));
+  auto h = of(lines, "latency", pid, "cuMemAlloc_v2");
+  ASSERT_EQ(h.size(), 1u) << lines.size();
+  auto& l = h[0];
+  EXPECT_EQ(l["layer"], "driver");
+  EXPECT_EQ(l["count"], 25);
+  // A busy-wait never ends early, so nothing lands below its bucket, and the 2 ms calls sit
+  // alone above 1 ms. A vCPU stall or the first call's lazy binding can push a 50 µs call into
+  // the next bucket on this shared VM, so bucket 15 must hold at least 16 of the 20.
+  uint64_t below = 0, fast = 0, mid = 0, slow_bucket = 0, slow = 0;
+  for (auto& b : l["buckets"]) {
+    uint64_t le = b["le_ns"], n = b["count"];
+    if (le < 65535) below += n;
+    else if (le == 65535) fast += n;
+    else if (le < 2097151) mid += n;
+    else slow += n, slow_bucket += le == 2097151 ? n : 0;
+  }
+  EXPECT_EQ(below, 0u);
+  EXPECT_GE(fast, 16u) << l["buckets"].dump();
+  EXPECT_EQ(fast + mid, 20u) << l["buckets"].dump();
+  EXPECT_EQ(slow, 5u);
+  EXPECT_GE(slow_bucket, 4u);
+  EXPECT_EQ(l["buckets"][0]["le_ns"], 65535) << "the first bucket listed is the first non-empty one";
+  uint64_t p50 = l["p50_ns"], p95 = l["p95_ns"], p99 = l["p99_ns"], mx = l["max_ns"];
+  EXPECT_GE(p50, 32768u);
+  EXPECT_LE(p50, 65535u);
+  EXPECT_GE(p95, 1048576u);
+  EXPECT_LE(p95, mx);
+  EXPECT_GE(p99, p95);
+  EXPECT_LE(p99, mx);
+  EXPECT_GE(mx, 2000000u);
+  auto e = of(lines, "errors", pid, "cuMemAlloc_v2");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["ret_name"], "CUDA_SUCCESS");
+  EXPECT_EQ(e[0]["ret"], 0);
+  EXPECT_EQ(e[0]["count"], 25);
+}
+
+TEST(Latency, ReturnCodesAndTextOutput) {
+  pid_t pid;
+  std::string out = latency_around({"--per-process", "--api", "cuMemAlloc_v2,cuLaunchKernel", "--lib", standin_drv()},
+                                   {standin_app(), "--result", "2", "latency", "3", "0"}, &pid);
+  auto at = out.find("cuMemAlloc_v2 (driver) pid " + std::to_string(pid));
+  ASSERT_NE(at, std::string::npos) << out;
+  std::string block = out.substr(at, out.find("\n\n", at) - at);
+  EXPECT_NE(block.find("\n          32.768 -> 65.536 : "), std::string::npos) << block;
+  EXPECT_NE(block.find(" : count     distribution\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("count 3  p50 "), std::string::npos) << block;
+  EXPECT_NE(block.find("(percentiles interpolated within log2 buckets)"), std::string::npos);
+  EXPECT_NE(block.find("  return codes:\n    CUDA_ERROR_OUT_OF_MEMORY                 3"), std::string::npos) << block;
+  EXPECT_EQ(block.find("CUDA_SUCCESS"), std::string::npos) << block;
+  EXPECT_EQ(out.find("cuLaunchKernel (driver) pid " + std::to_string(pid)), std::string::npos)
+      << "an API never called prints nothing";
+}
+
+TEST(Latency, RealCudartWithoutGpu) {
+  pid_t pid;
+  auto lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaMalloc,cudaFree"},
+                                          {calls_shared(), "4", "3"}, &pid));
+  auto e = of(lines, "errors", pid, "cudaMalloc");
+  ASSERT_EQ(e.size(), 1u) << lines.size();
+  EXPECT_EQ(e[0]["ret_name"], "cudaErrorInsufficientDriver");
+  EXPECT_EQ(e[0]["ret"], 35);
+  EXPECT_EQ(e[0]["count"], 4);
+  auto h = of(lines, "latency", pid, "cudaMalloc");
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["count"], 4);
+  EXPECT_EQ(h[0]["layer"], "runtime");
+  EXPECT_GT(h[0]["max_ns"].get<uint64_t>(), 0u);
+}
+
+TEST(Latency, BadInputOneLineExit2) {
+  for (std::vector<std::string> a : {std::vector<std::string>{"--bogus"},
+                                     {"--api", "cudaNope"},
+                                     {"--interval", "0"},
+                                     {"-p", "999999999"}}) {
+    a.insert(a.begin(), {gpuscope_bin(), "latency"});
+    auto r = run(a);
+    EXPECT_EQ(r.exit_code, 2) << a.back();
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("gpuscope: ", 0), 0u) << r.err;
+  }
+}
+
+TEST(Latency, IntervalsPrintDeltas) {
+  pid_t pid;
+  auto lines = parse_lines(latency_around(
+      {"--json", "--per-process", "--interval", "0.2", "--api", "cuMemAlloc_v2", "--lib", standin_drv()},
+      {standin_app(), "--delay-ms", "300", "latency", "6", "0"}, &pid));
+  uint64_t total = 0, reports = 0, errors = 0;
+  for (auto& l : of(lines, "latency", pid, "cuMemAlloc_v2")) total += l["count"].get<uint64_t>(), reports++;
+  for (auto& l : of(lines, "errors", pid, "cuMemAlloc_v2")) errors += l["count"].get<uint64_t>();
+  EXPECT_EQ(total, 6u) << "each call is reported in exactly one interval";
+  EXPECT_EQ(errors, 6u);
+  EXPECT_GE(reports, 1u);
+}
