@@ -79,7 +79,7 @@ void remove_pin_dir(const std::string& d) {
   fs::remove(d, ec);
 }
 
-void cpu_figure(const Opts& o) {
+bool cpu_figure(const Opts& o) {
   std::string file = fmt::format("/tmp/bridge-bench-{}-cpu.txt", getpid());
   std::string text;
   for (int d = 0; d < 8; d++)
@@ -121,6 +121,7 @@ void cpu_figure(const Opts& o) {
   remove_pin_dir(dir);
   unlink(file.c_str());
   unlink(c.out.c_str());
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 // The GPU as the stand-in shows it: the current utilization and the samples of the last 2 s.
@@ -159,7 +160,7 @@ int seen(const std::string& out, const std::vector<std::pair<uint64_t, uint64_t>
   return n;
 }
 
-void burst_figure(const Opts& o) {
+bool burst_figure(const Opts& o) {
   std::string file = fmt::format("/tmp/bridge-bench-{}-burst.txt", getpid());
   FakeGpu gpu(file);
   gpu.set(false, gpuscope::realtime_ns() / 1000);
@@ -212,6 +213,7 @@ void burst_figure(const Opts& o) {
              o.bursts, 100.0 * n_without / o.bursts);
   for (auto& d : {d1, d2}) remove_pin_dir(d);
   for (auto& f : {file, with.out, without.out}) unlink(f.c_str());
+  return n_with > 0;
 }
 
 }  // namespace
@@ -234,7 +236,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bridge_bench: --gpuscope and --nvml are required\n");
     return 2;
   }
-  cpu_figure(o);
-  burst_figure(o);
-  return 0;
+  bool ok = cpu_figure(o);
+  ok &= burst_figure(o);
+  return ok ? 0 : 1;
 }

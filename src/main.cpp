@@ -5,6 +5,7 @@
 
 #include "core/system.h"
 #include "ioctl/ioctl_cmd.h"
+#include "kernels/kernels_cmd.h"
 #include "latency/latency_cmd.h"
 #include "uvm/uvm_cmd.h"
 #include "trace/trace.h"
@@ -76,6 +77,20 @@ int main(int argc, char** argv) {
       "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
       "  gpuscope latency -p 1234 --json");
 
+  KernelsOptions kopt;
+  auto* kernels = app.add_subcommand("kernels", "Count kernel launches per process and kernel, named, counted in BPF");
+  add_common(kernels, common);
+  kernels->add_option("-p,--pid", kopt.pids, "Only these host pids (repeatable)");
+  kernels->add_option("-c,--comm", kopt.comm, "Only processes with this name");
+  kernels->add_option("--lib", kopt.libs, "Also probe this CUDA library or executable (repeatable)");
+  kernels->add_option("--interval", kopt.interval_s, "Print every SECONDS (default 1)")->check(CLI::PositiveNumber);
+  kernels->add_option("--top", kopt.top, "Show only the N busiest rows (default all)")->check(CLI::PositiveNumber);
+  kernels->footer(
+      "EXAMPLES:\n"
+      "  gpuscope kernels                     # every process's launches, refreshed each second\n"
+      "  gpuscope kernels -p 1234 --top 20\n"
+      "  gpuscope kernels -c python3 --json --interval 5");
+
   IoctlOptions iopt;
   auto* ioctl = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
   add_common(ioctl, common);
@@ -139,6 +154,12 @@ int main(int argc, char** argv) {
       lopt.json = common.json;
       lopt.verbose = common.verbose;
       return run_latency(lopt);
+    }
+    if (kernels->parsed()) {
+      kopt.duration_s = common.duration;
+      kopt.json = common.json;
+      kopt.verbose = common.verbose;
+      return run_kernels(kopt);
     }
     if (bridge->parsed()) {
       bopt.duration_s = common.duration;

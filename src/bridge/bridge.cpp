@@ -110,6 +110,9 @@ constexpr auto kPcieRefresh = std::chrono::seconds(5);
 
 struct DeviceState {
   uint64_t last_seen_us = 0;  // newest utilization sample consumed
+  uint64_t start_us = 0;
+  uint64_t sample_gap_us = 0;  // smallest spacing seen between samples
+  uint64_t read_us = 0;        // last read of the buffer that found new samples
   uint32_t unsupported = 0;   // calls that answered NVML_ERROR_NOT_SUPPORTED, by bit
   std::chrono::steady_clock::time_point pcie_at{};
   uint64_t pcie_tx_kbps = 0, pcie_rx_kbps = 0;
@@ -218,9 +221,8 @@ void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
   DeviceState& st = state_[i];
   // A call the device does not support is not made again: on the H200 an unsupported
   // nvmlDeviceGetFanSpeed costs 160 us of CPU every time.
-  int field = 0;
-  auto call = [&](auto fn, auto... args) {
-    uint32_t bit = 1u << field++;
+  auto call = [&](int field, auto fn, auto... args) {
+    uint32_t bit = 1u << field;
     if (!fn || (st.unsupported & bit)) return false;
     nvml::Return r = fn(d, args...);
     if (r == nvml::kNotSupported) st.unsupported |= bit;
@@ -229,44 +231,53 @@ void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
   unsigned u = 0, u2 = 0;
   unsigned long long ull = 0;
   m.timestamp_ns = realtime_ns();
-  if (nvml::Utilization ut{}; call(a.utilization, &ut)) m.sm_util_pct = ut.gpu, m.mem_util_pct = ut.memory;
+  if (nvml::Utilization ut{}; call(0, a.utilization, &ut)) m.sm_util_pct = ut.gpu, m.mem_util_pct = ut.memory;
   nvml::MemoryV2 mv{nvml::kMemoryV2Version};
   nvml::Memory mm{};
-  if (call(a.memory_v2, &mv))
+  if (call(1, a.memory_v2, &mv))
     m.mem_total_bytes = mv.total, m.mem_used_bytes = mv.used, m.mem_reserved_bytes = mv.reserved;
-  else if (call(a.memory, &mm))
+  else if (call(2, a.memory, &mm))
     m.mem_total_bytes = mm.total, m.mem_used_bytes = mm.used;
-  if (call(a.temperature, 0 /* NVML_TEMPERATURE_GPU */, &u)) m.temp_c = u;
-  if (call(a.power, &u)) m.power_mw = u;
-  if (call(a.clock, 1 /* NVML_CLOCK_SM */, &u)) m.sm_clock_mhz = u;
-  if (call(a.clock, 2 /* NVML_CLOCK_MEM */, &u)) m.mem_clock_mhz = u;
-  if (call(a.event_reasons, &ull)) m.throttle_reasons = ull;
-  if (call(a.encoder, &u, &u2)) m.enc_util_pct = u;
-  if (call(a.decoder, &u, &u2)) m.dec_util_pct = u;
+  if (call(3, a.temperature, 0 /* NVML_TEMPERATURE_GPU */, &u)) m.temp_c = u;
+  if (call(4, a.power, &u)) m.power_mw = u;
+  if (call(5, a.clock, 1 /* NVML_CLOCK_SM */, &u)) m.sm_clock_mhz = u;
+  if (call(6, a.clock, 2 /* NVML_CLOCK_MEM */, &u)) m.mem_clock_mhz = u;
+  if (call(7, a.event_reasons, &ull)) m.throttle_reasons = ull;
+  if (call(8, a.encoder, &u, &u2)) m.enc_util_pct = u;
+  if (call(9, a.decoder, &u, &u2)) m.dec_util_pct = u;
   // NVML_MEMORY_ERROR_TYPE_CORRECTED/UNCORRECTED, NVML_AGGREGATE_ECC (lifetime totals).
-  if (call(a.ecc, 0, 1, &ull)) m.ecc_corrected_total = ull;
-  if (call(a.ecc, 1, 1, &ull)) m.ecc_uncorrected_total = ull;
-  if (call(a.fan, &u)) m.fan_speed_pct = u;
-  if (int mode = 0; call(a.compute_mode, &mode)) m.compute_mode = static_cast<uint32_t>(mode);
+  if (call(10, a.ecc, 0, 1, &ull)) m.ecc_corrected_total = ull;
+  if (call(11, a.ecc, 1, 1, &ull)) m.ecc_uncorrected_total = ull;
+  if (call(12, a.fan, &u)) m.fan_speed_pct = u;
+  if (int mode = 0; call(13, a.compute_mode, &mode)) m.compute_mode = static_cast<uint32_t>(mode);
   // nvmlDeviceGetPcieThroughput measures over 20 ms inside the call (measured on the H200: 20 ms
   // of wall time, 0.8 ms of CPU each), so it is read every kPcieRefresh, one device per tick.
   auto now = std::chrono::steady_clock::now();
   if (!pcie_read_this_tick_ && now - st.pcie_at >= kPcieRefresh) {
     pcie_read_this_tick_ = true;
     st.pcie_at = now;
-    if (call(a.pcie, 0 /* NVML_PCIE_UTIL_TX_BYTES */, &u)) st.pcie_tx_kbps = u;
-    if (call(a.pcie, 1 /* NVML_PCIE_UTIL_RX_BYTES */, &u)) st.pcie_rx_kbps = u;
+    if (call(14, a.pcie, 0 /* NVML_PCIE_UTIL_TX_BYTES */, &u)) st.pcie_tx_kbps = u;
+    if (call(15, a.pcie, 1 /* NVML_PCIE_UTIL_RX_BYTES */, &u)) st.pcie_rx_kbps = u;
   }
   m.pcie_tx_kbps = st.pcie_tx_kbps;
   m.pcie_rx_kbps = st.pcie_rx_kbps;
 
   *from_sample = false;
   if (o_.no_samples) return;
+  // Reading the buffer costs 2.7 ms of CPU on the H200, which adds a sample every 200 ms: after
+  // a read that found new samples, skip reads until the next one is due.
+  uint64_t now_us = m.timestamp_ns / 1000;
+  if (st.sample_gap_us && now_us >= st.read_us && now_us < st.read_us + st.sample_gap_us * 9 / 10) return;
   int type = nvml::kUInt;
-  nvml_->utilization_samples(d, state_[i].last_seen_us, samples_, &type);
+  nvml_->utilization_samples(d, st.last_seen_us, samples_, &type);
+  if (!samples_.empty()) st.read_us = now_us;
   const nvml::Sample* newest_busy = nullptr;
   for (auto& s : samples_) {
-    state_[i].last_seen_us = std::max<uint64_t>(state_[i].last_seen_us, s.timeStamp);
+    if (s.timeStamp > st.last_seen_us && st.last_seen_us > st.start_us) {
+      uint64_t gap = s.timeStamp - st.last_seen_us;
+      st.sample_gap_us = st.sample_gap_us ? std::min(st.sample_gap_us, gap) : gap;
+    }
+    st.last_seen_us = std::max<uint64_t>(st.last_seen_us, s.timeStamp);
     if (sample_value(s.sampleValue, type) && (!newest_busy || s.timeStamp > newest_busy->timeStamp)) newest_busy = &s;
   }
   // The newest-non-zero rule: a burst that ended between two polls still moves a consumer's
@@ -403,7 +414,8 @@ int Bridge::run() {
   check_pin_dir();
   nvml_ = std::make_unique<nvml::Library>(o_.nvml);
   if (nvml_->devices().empty()) throw UsageError("NVML reports no GPU devices");
-  state_.assign(nvml_->devices().size(), DeviceState{realtime_ns() / 1000});
+  uint64_t start_us = realtime_ns() / 1000;
+  state_.assign(nvml_->devices().size(), DeviceState{start_us, start_us});
 
   {
     // Held until the first tick is published, so two bridges starting at once cannot both

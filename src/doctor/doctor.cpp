@@ -320,7 +320,7 @@ std::vector<Sub> judge(const Doctor& d) {
   const std::vector<Need> needs = {
       {"trace", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"latency", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"kernels", {{"privileges"}, {"uprobes"}, {"ringbuf"}}, {}},
+      {"kernels", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"memleak", {{"privileges"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
       {"ioctl", {{"privileges"}, {"tracefs", "raw_tp"}}, {}},
       {"uvm", {{"privileges"}, {"kprobes", "fentry"}, {"nvidia_uvm"}}, {}},
@@ -328,7 +328,7 @@ std::vector<Sub> judge(const Doctor& d) {
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
   };
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace", "bridge", "latency", "ioctl", "uvm"};
+  static const std::set<std::string> built = {"trace", "bridge", "latency", "ioctl", "uvm", "kernels"};
   auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;

@@ -250,10 +250,11 @@ void Latency::print(bool final) {
 int Latency::run() {
   for (pid_t pid : o_.pids)
     if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
+  // Every traced name decides what counts as a CUDA object (so `--lib libcuda.so.1` with
+  // `--api cudaMalloc` is accepted); attach_object probes only the selected ones.
   std::unordered_set<std::string> names;
   for (unsigned i = 0; i < GS_API_COUNT; i++)
-    if (selected_[i])
-      for (const char* suf : kApiVariantSuffixes) names.insert(std::string(api_symbol(i)) + suf);
+    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(api_symbol(i)) + suf);
   Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
   std::vector<CudaObject> initial;
   for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));

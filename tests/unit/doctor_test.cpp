@@ -86,8 +86,8 @@ TEST(Doctor, ExitsZeroWithEveryCheckAndSubcommand) {
     EXPECT_TRUE(report().checks.at(c).at("ok").is_boolean()) << c;
   }
   // Exactly the subcommands this binary has.
-  EXPECT_EQ(report().subcommands.size(), 5u);
-  for (const char* s : {"trace", "bridge", "latency", "ioctl", "uvm"}) {
+  EXPECT_EQ(report().subcommands.size(), 6u);
+  for (const char* s : {"trace", "bridge", "latency", "ioctl", "uvm", "kernels"}) {
     ASSERT_TRUE(report().subcommands.count(s)) << s;
     auto st = report().subcommands.at(s).at("status").get<std::string>();
     EXPECT_TRUE(st == "ok" || st == "partial" || st == "unavailable") << s << ": " << st;

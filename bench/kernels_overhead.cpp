@@ -1,0 +1,118 @@
+// Per-launch cost of `gpuscope kernels` against bare uprobes on the same sites: an entry
+// probe on every launch symbol and an exit probe on the runtime ones, as kernels attaches
+// them. Modes interleave round by round (none, bare, kernels); the workload prints
+// "ns_per_call=X"; each figure is the median over rounds.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "bg_proc.h"
+#include "core/bpf.h"
+#include "core/elf_symbols.h"
+#include "core/system.h"
+#include "kernels_bare.skel.h"
+#include "trace/trace.h"
+
+using namespace gpuscope;
+
+namespace {
+
+double ns_per_call(const std::string& workload) {
+  static const std::regex re(R"(ns_per_call=([0-9.]+))");
+  std::string out;
+  if (FILE* p = popen(workload.c_str(), "r")) {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  std::smatch m;
+  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
+  return std::stod(m[1]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpuscope kernels overhead against bare uprobes on the same sites"};
+  std::string gpuscope, workload;
+  std::vector<std::string> libs;
+  int rounds = 5;
+  bool json_out = false;
+  app.add_option("--gpuscope", gpuscope, "gpuscope binary")->required();
+  app.add_option("--workload", workload, "Command that prints ns_per_call=X")->required();
+  app.add_option("--lib", libs, "Libraries whose launch sites are probed")->required();
+  app.add_option("--rounds", rounds, "Rounds (median reported)");
+  app.add_flag("--json", json_out, "Print one JSON object");
+  CLI11_PARSE(app, argc, argv);
+  set_libbpf_verbose(false);
+  require_bpf_privileges();
+
+  const std::vector<std::pair<const char*, bool>> launch = {
+      {"cudaLaunchKernel", true}, {"cudaLaunchKernelExC", true}, {"cudaGraphLaunch", true},
+      {"cuLaunchKernel", false},  {"cuLaunchKernelEx", false},   {"cuGraphLaunch", false}};
+  auto* bare = kernels_bare_bpf__open_and_load();
+  if (!bare) throw std::runtime_error("cannot load the bare programs");
+  struct Site {
+    std::string path;
+    uint64_t off;
+    bool exit;
+  };
+  std::vector<Site> sites;
+  for (auto& lib : libs) {
+    auto syms = ElfSymbols::read(lib);
+    for (auto& [name, exit] : launch)
+      for (const char* suf : kApiVariantSuffixes)
+        if (auto* s = syms.find(std::string(name) + suf)) sites.push_back({lib, s->file_offset, exit});
+  }
+  const std::vector<std::string> modes{"none", "bare", "kernels"};
+  std::map<std::string, std::vector<double>> samples;
+  for (int r = 0; r < rounds; r++)
+    for (auto& m : modes) {
+      double v;
+      if (m == "none") {
+        v = ns_per_call(workload);
+      } else if (m == "bare") {
+        std::vector<Link> links;
+        std::string err;
+        for (auto& s : sites) {
+          links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
+          if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
+        }
+        if (!err.empty()) throw std::runtime_error("attach: " + err);
+        v = ns_per_call(workload);
+        destroy_links(links);
+      } else {
+        std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
+        for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+        BgProc p(a, "gpuscope: counting");
+        v = ns_per_call(workload);
+      }
+      samples[m].push_back(v);
+    }
+  std::map<std::string, double> med;
+  for (auto& [m, v] : samples) {
+    std::sort(v.begin(), v.end());
+    med[m] = v[v.size() / 2];
+  }
+  double added = (med["kernels"] - med["none"]) / (med["bare"] - med["none"]);
+  double total = med["kernels"] / med["bare"];
+  if (json_out) {
+    nlohmann::json j;
+    j["sites"] = sites.size();
+    j["rounds"] = rounds;
+    for (auto& [m, v] : med) j["ns_per_call"][m] = v;
+    j["added_cost_ratio"] = added;
+    j["total_ratio"] = total;
+    printf("%s\n", j.dump().c_str());
+  } else {
+    printf("%zu launch sites, median of %d rounds, ns per workload iteration:\n", sites.size(), rounds);
+    for (auto& m : modes) printf("  %-8s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
+    printf("added cost, kernels / bare uprobes:  %.3fx (goal <= 1.1)\n", added);
+    printf("per launch, kernels / bare uprobes:  %.3fx\n", total);
+  }
+  kernels_bare_bpf__destroy(bare);
+  return 0;
+}

@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope kernels: launch counts per (process, layer, handle), kept here so that no event
+ * crosses to userspace per launch. Events are sent only when a handle gets a name and when
+ * a process that launched something exits. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "common/events.h"
+#include "common/uprobe_args.bpf.h"
+#include "kernels/kernels.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool filter_comm = false;
+const volatile char target_comm[GS_COMM_LEN] = {};
+
+static __always_inline bool comm_matches(void)
+{
+	struct task_struct *task;
+	char comm[GS_COMM_LEN];
+	if (!filter_comm)
+		return true;
+	task = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
+	for (int i = 0; i < GS_COMM_LEN; i++) {
+		if (comm[i] != target_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+struct namer_slot {
+	__u64 outp, src, caller;
+	__u32 active, pad;
+};
+
+/* Per thread: the runtime launch in progress (its nested driver launch is not counted
+ * again) and the naming calls in progress, one slot per kind since they can nest. */
+struct thread_state {
+	__u32 rt_depth, teach;
+	__u64 rt_handle;
+	struct namer_slot slot[4];
+	char name[2][GS_K_NAME_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_K_MAX_ROWS);
+	__type(key, struct gs_k_key);
+	__type(value, struct gs_k_val);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gs_k_alias_key);
+	__type(value, __u64);
+} aliases SEC(".maps");
+
+/* Processes with rows: only their exits are reported. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} launched SEC(".maps");
+
+struct capture_key {
+	__u32 pid, pad;
+	__u64 stream;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct capture_key);
+	__type(value, __u8);
+} capturing SEC(".maps");
+
+/* Streams under capture, host-wide: launches read their stream only while it is non-zero. */
+__s64 captures_active = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_K_DROP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &why);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline __u64 return_address(struct pt_regs *ctx)
+{
+	__u64 ra = 0;
+	bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->sp);
+	return ra;
+}
+
+static __always_inline __u64 config_stream(__u64 config)
+{
+	__u64 s = 0;
+	bpf_probe_read_user(&s, sizeof(s), (void *)(config + 32)); /* same offset in both config structs */
+	return s;
+}
+
+SEC("uprobe")
+int gs_k_launch(struct pt_regs *ctx)
+{
+	__u32 site = (__u32)bpf_get_attach_cookie(ctx);
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	bool runtime = site <= GS_K_CUDA_GRAPH;
+	__u64 handle;
+
+	if (!comm_matches())
+		return 0;
+	/* Both loads happen first: a ctx offset picked at run time does not pass the verifier. */
+	__u64 a0 = ctx->di, a1 = ctx->si;
+	asm volatile("" : "+r"(a0), "+r"(a1));
+	handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? a1 : a0;
+	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0,
+						       runtime ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	if (runtime) {
+		if (!st) {
+			count_drop(GS_K_DROP_NO_STATE);
+			return 0;
+		}
+		if (st->rt_depth++ > 0)
+			return 0;
+		st->rt_handle = handle;
+		st->teach = 0;
+	} else if (st && st->rt_depth) {
+		/* Already counted at the runtime layer; keep what it teaches about names. */
+		if (st->teach && site != GS_K_CU_GRAPH && st->rt_handle != handle) {
+			struct gs_k_alias_key ak = {.pid = pid, .drv = handle};
+			bpf_map_update_elem(&aliases, &ak, &st->rt_handle, BPF_ANY);
+		}
+		st->teach = 0;
+		return 0;
+	}
+
+	if (captures_active > 0) {
+		struct capture_key ck = {.pid = pid};
+		switch (site) {
+		case GS_K_CUDA_LAUNCH: ck.stream = gs_arg(ctx, 7); break; /* dim3s take two registers each */
+		case GS_K_CU_LAUNCH: ck.stream = gs_arg(ctx, 8); break;
+		case GS_K_CUDA_LAUNCH_EX:
+		case GS_K_CU_LAUNCH_EX: ck.stream = config_stream(ctx->di); break;
+		default: ck.stream = ctx->si; break;
+		}
+		if (bpf_map_lookup_elem(&capturing, &ck)) {
+			count_drop(GS_K_DROP_CAPTURED);
+			return 0;
+		}
+	}
+
+	struct gs_k_key k = {.pid = pid, .handle = handle};
+	k.layer = site == GS_K_CUDA_GRAPH || site == GS_K_CU_GRAPH ? GS_K_GRAPH : runtime ? GS_K_RUNTIME : GS_K_DRIVER;
+	struct gs_k_val *v = bpf_map_lookup_elem(&counts, &k);
+	if (v) {
+		__sync_fetch_and_add(&v->count, 1);
+		return 0;
+	}
+	struct gs_k_val nv = {.count = 1, .caller = return_address(ctx)};
+	if (bpf_map_update_elem(&counts, &k, &nv, BPF_NOEXIST)) {
+		v = bpf_map_lookup_elem(&counts, &k); /* lost a race to create it */
+		if (v)
+			__sync_fetch_and_add(&v->count, 1);
+		else
+			count_drop(GS_K_DROP_ROWS_FULL);
+		return 0;
+	}
+	__u8 one = 1;
+	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
+	/* A handle's first launch teaches its driver alias; later ones skip the map update. */
+	if (runtime && st)
+		st->teach = 1;
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_k_launch_exit(struct pt_regs *ctx)
+{
+	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (st && st->rt_depth)
+		st->rt_depth--;
+	return 0;
+}
+
+/* cookie 0: begin capture, 1: end; the stream is the first argument on both layers. */
+SEC("uprobe")
+int gs_k_capture(struct pt_regs *ctx)
+{
+	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = ctx->di};
+	__u8 one = 1;
+	if (bpf_get_attach_cookie(ctx) == 0) {
+		if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
+			__sync_fetch_and_add(&captures_active, 1);
+	} else if (bpf_map_delete_elem(&capturing, &k) == 0) {
+		__sync_fetch_and_sub(&captures_active, 1);
+	}
+	return 0;
+}
+
+SEC("uprobe")
+int gs_k_name_enter(struct pt_regs *ctx)
+{
+	__u32 namer = (__u32)bpf_get_attach_cookie(ctx) & 3;
+	if (!comm_matches())
+		return 0;
+	struct thread_state *st =
+		bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count_drop(GS_K_DROP_NO_STATE);
+		return 0;
+	}
+	struct namer_slot *s = &st->slot[namer];
+	s->outp = ctx->di;
+	s->src = ctx->si;
+	s->caller = return_address(ctx);
+	s->active = 1;
+	if (namer <= GS_K_LIBRARY_GET_KERNEL)
+		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_k_name_exit(struct pt_regs *ctx)
+{
+	__u32 namer = (__u32)bpf_get_attach_cookie(ctx) & 3;
+	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return 0;
+	struct namer_slot *s = &st->slot[namer];
+	if (!s->active)
+		return 0;
+	s->active = 0;
+	if (PT_REGS_RC(ctx) != 0)
+		return 0;
+	struct gs_k_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_K_DROP_EVENTS);
+		return 0;
+	}
+	e->type = GS_K_EV_NAME;
+	e->pid = bpf_get_current_pid_tgid() >> 32;
+	e->namer = namer;
+	e->pad = 0;
+	e->handle = 0;
+	bpf_probe_read_user(&e->handle, sizeof(e->handle), (void *)s->outp);
+	e->src = s->src;
+	e->caller = s->caller;
+	e->name[0] = 0;
+	if (namer <= GS_K_LIBRARY_GET_KERNEL)
+		bpf_probe_read_kernel_str(e->name, GS_K_NAME_LEN, st->name[namer & 1]);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* A process exits when its last thread does (signal->live has dropped to zero by now). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(gs_k_proc_exit, struct task_struct *p)
+{
+	__u32 pid = BPF_CORE_READ(p, tgid);
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	if (bpf_map_delete_elem(&launched, &pid) != 0)
+		return 0;
+	struct gs_k_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_K_DROP_EVENTS);
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = GS_K_EV_EXIT;
+	e->pid = pid;
+	BPF_CORE_READ_STR_INTO(&e->name, p, group_leader, comm); /* /proc has no name for it by now */
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

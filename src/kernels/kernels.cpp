@@ -1,0 +1,587 @@
+#include <bpf/bpf.h>
+#include <cxxabi.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_set>
+
+#include "common/events.h"
+#include "core/bpf.h"
+#include "core/discovery.h"
+#include "core/elf_symbols.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "kernels.skel.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_cmd.h"
+#include "trace/trace.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct SkelDeleter {
+  void operator()(kernels_bpf* s) const { kernels_bpf__destroy(s); }
+};
+
+enum class Role { Launch, RuntimeLaunch, Capture, Namer };
+struct Site {
+  const char* name;
+  Role role;
+  unsigned cookie;
+};
+constexpr Site kSites[] = {
+    {"cudaLaunchKernel", Role::RuntimeLaunch, GS_K_CUDA_LAUNCH},
+    {"cudaLaunchKernelExC", Role::RuntimeLaunch, GS_K_CUDA_LAUNCH_EX},
+    {"cudaGraphLaunch", Role::RuntimeLaunch, GS_K_CUDA_GRAPH},
+    {"cuLaunchKernel", Role::Launch, GS_K_CU_LAUNCH},
+    {"cuLaunchKernelEx", Role::Launch, GS_K_CU_LAUNCH_EX},
+    {"cuGraphLaunch", Role::Launch, GS_K_CU_GRAPH},
+    {"cudaStreamBeginCapture", Role::Capture, 0},
+    {"cuStreamBeginCapture_v2", Role::Capture, 0},
+    {"cudaStreamEndCapture", Role::Capture, 1},
+    {"cuStreamEndCapture", Role::Capture, 1},
+    {"cuModuleGetFunction", Role::Namer, GS_K_MODULE_GET_FUNCTION},
+    {"cuLibraryGetKernel", Role::Namer, GS_K_LIBRARY_GET_KERNEL},
+    {"cuKernelGetFunction", Role::Namer, GS_K_KERNEL_GET_FUNCTION},
+    {"__cudaGetKernel", Role::Namer, GS_K_GET_KERNEL},
+};
+
+std::string basename_of(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string demangle(const std::string& s) {
+  int st = 0;
+  char* d = abi::__cxa_demangle(s.c_str(), nullptr, nullptr, &st);
+  if (!d) return s;
+  std::string r(d);
+  free(d);
+  return r;
+}
+
+// nvcc's host stub `__device_stub__Z12alpha_kernelPf(float*)` and its static handle
+// `_ZZ32__device_stub__Z12alpha_kernelPfPfE8__handle` both carry the kernel's own mangled
+// name after the prefix: show that one, demangled, as CUPTI does.
+std::string kernel_name(const std::string& sym) {
+  std::string_view v = sym;
+  if (v.starts_with("_ZZ")) v.remove_prefix(3);
+  else if (v.starts_with("_Z")) v.remove_prefix(2);
+  else return demangle(sym);
+  if (v.starts_with("L")) v.remove_prefix(1);
+  size_t len = 0, i = 0;
+  while (i < v.size() && isdigit(static_cast<unsigned char>(v[i]))) len = len * 10 + (v[i++] - '0');
+  std::string_view id = v.substr(i, len);
+  constexpr std::string_view kStub = "__device_stub__";
+  if (id.starts_with(kStub)) {
+    std::string m = "_";
+    m += id.substr(kStub.size());
+    return demangle(m);
+  }
+  return demangle(sym);
+}
+
+struct Mapping {
+  uint64_t start, end, off;
+  std::string path;
+};
+
+std::vector<Mapping> read_maps(pid_t pid) {
+  std::vector<Mapping> out;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(f, line)) {
+    Mapping m;
+    char perms[8], dev[16];
+    unsigned long ino;
+    int n = 0;
+    if (sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu %n", &m.start, &m.end, perms, &m.off, dev, &ino, &n) < 6) continue;
+    m.path = line.substr(n);
+    if (m.path.empty() || m.path[0] != '/') continue;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// FUNC symbols of one file sorted by file offset, and its nvcc handle variables.
+struct FileInfo {
+  struct Func {
+    uint64_t off, size;
+    std::string name;
+  };
+  std::vector<Func> funcs;
+  std::vector<std::pair<uint64_t, std::string>> handle_vars;  // (vaddr, symbol)
+  uint64_t first_load_vaddr = 0;
+  bool is_exec = false;
+};
+
+std::vector<std::pair<uint64_t, std::string>> read_handle_vars(const std::string& path, uint64_t* first_load,
+                                                               bool* is_exec) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  elf_version(EV_CURRENT);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  Elf* e = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  GElf_Ehdr eh;
+  if (e && gelf_getehdr(e, &eh)) {
+    *is_exec = eh.e_type == ET_EXEC;
+    size_t nph = 0;
+    elf_getphdrnum(e, &nph);
+    for (size_t i = 0; i < nph; i++) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) {
+        *first_load = ph.p_vaddr & ~0xfffULL;
+        break;
+      }
+    }
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(e, scn))) {
+      GElf_Shdr sh;
+      if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || sh.sh_entsize == 0) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      for (size_t i = 0; data && i < sh.sh_size / sh.sh_entsize; i++) {
+        GElf_Sym s;
+        if (!gelf_getsym(data, static_cast<int>(i), &s) || GELF_ST_TYPE(s.st_info) != STT_OBJECT || !s.st_value) continue;
+        const char* name = elf_strptr(e, sh.sh_link, s.st_name);
+        if (name && std::string_view(name).ends_with("E8__handle") && strstr(name, "__device_stub__"))
+          out.emplace_back(s.st_value, name);
+      }
+    }
+  }
+  if (e) elf_end(e);
+  close(fd);
+  return out;
+}
+
+struct Name {
+  std::string kernel, module;
+};
+
+using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
+using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
+
+class Kernels {
+ public:
+  explicit Kernels(const KernelsOptions& o) : o_(o) {}
+  ~Kernels() { destroy_links(links_); }
+  int run();
+
+ private:
+  void attach_object(const CudaObject& obj);
+  void on_event(const gs_k_event& e);
+  const FileInfo* file(pid_t pid, const std::string& path);
+  const Mapping* mapping(pid_t pid, uint64_t addr);
+  std::string module_of(pid_t pid, uint64_t addr);
+  std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
+  void scan_handle_vars(pid_t pid);
+  Name resolve(const Key& k, uint64_t caller);
+  void learn_new_keys();
+  std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
+  void print_rows(const std::map<Key, uint64_t>& now, double secs, bool exited);
+  void interval();
+  void process_exited(uint32_t pid);
+
+  const KernelsOptions& o_;
+  std::unique_ptr<kernels_bpf, SkelDeleter> skel_;
+  std::vector<Link> links_;
+  Writer out_;
+  size_t objects_ = 0, sites_ = 0;
+  std::map<PH, Name> names_;           // handles named by the driver, __cudaGetKernel or handle variables
+  std::map<PH, uint64_t> kernel_of_;   // CUfunction from cuKernelGetFunction -> its CUkernel
+  std::map<Key, Name> resolved_;       // rows named for good
+  std::map<Key, Name> guessed_;        // rows still unknown: retried each interval
+  std::map<Key, uint64_t> callers_;
+  std::map<Key, uint64_t> prev_;
+  std::map<uint32_t, std::string> comms_;
+  std::map<pid_t, std::vector<Mapping>> maps_;
+  std::map<std::string, std::unique_ptr<FileInfo>> files_;
+  std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
+  std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
+};
+
+void Kernels::attach_object(const CudaObject& obj) {
+  objects_++;
+  std::set<std::pair<uint64_t, bool>> done;
+  std::string err;
+  size_t n = 0;
+  for (const Site& s : kSites)
+    for (const char* suf : kApiVariantSuffixes) {
+      const ElfSymbol* sym = obj.symbols->find(std::string(s.name) + suf);
+      if (!sym) continue;
+      bool exit = s.role == Role::RuntimeLaunch || s.role == Role::Namer;
+      for (bool ret : {false, true}) {
+        if (ret && !exit) continue;
+        if (!done.insert({sym->file_offset, ret}).second) continue;
+        bpf_program* prog = s.role == Role::Capture ? skel_->progs.gs_k_capture
+                            : s.role == Role::Namer ? (ret ? skel_->progs.gs_k_name_exit : skel_->progs.gs_k_name_enter)
+                            : ret                   ? skel_->progs.gs_k_launch_exit
+                                                    : skel_->progs.gs_k_launch;
+        for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids)
+          if (Link l = attach_uprobe(prog, {obj.open_path, sym->file_offset, pid, s.cookie, ret}, &err))
+            links_.push_back(std::move(l)), n++;
+      }
+    }
+  sites_ += n;
+  if (o_.verbose || !err.empty())
+    fprintf(stderr, "gpuscope: %s (pid %d): %zu probes%s%s\n", obj.path.c_str(), obj.seen_in, n,
+            err.empty() ? "" : ", attach failed: ", err.c_str());
+}
+
+const FileInfo* Kernels::file(pid_t pid, const std::string& path) {
+  auto& f = files_[path];
+  if (f) return f.get();
+  f = std::make_unique<FileInfo>();
+  std::string open_path = "/proc/" + std::to_string(pid) + "/root" + path;
+  try {
+    ElfSymbols syms = ElfSymbols::read(open_path);
+    for (auto& [name, s] : syms.all()) f->funcs.push_back({s.file_offset, s.size, name});
+  } catch (const std::exception&) {
+  }
+  std::sort(f->funcs.begin(), f->funcs.end(), [](auto& a, auto& b) { return a.off < b.off; });
+  f->handle_vars = read_handle_vars(open_path, &f->first_load_vaddr, &f->is_exec);
+  return f.get();
+}
+
+const Mapping* Kernels::mapping(pid_t pid, uint64_t addr) {
+  for (int pass = 0; pass < 2; pass++) {
+    auto it = maps_.find(pid);
+    if (it == maps_.end() || pass == 1) it = maps_.insert_or_assign(pid, read_maps(pid)).first;
+    for (auto& m : it->second)
+      if (addr >= m.start && addr < m.end) return &m;
+  }
+  return nullptr;
+}
+
+std::string Kernels::module_of(pid_t pid, uint64_t addr) {
+  const Mapping* m = addr ? mapping(pid, addr) : nullptr;
+  return m ? basename_of(m->path) : "?";
+}
+
+std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
+  const Mapping* m = mapping(pid, addr);
+  if (!m) return std::nullopt;
+  uint64_t off = addr - m->start + m->off;
+  const FileInfo* f = file(pid, m->path);
+  auto it = std::upper_bound(f->funcs.begin(), f->funcs.end(), off, [](uint64_t o, auto& fn) { return o < fn.off; });
+  if (it == f->funcs.begin()) return std::nullopt;
+  --it;
+  if (exact ? off != it->off : off >= it->off + std::max<uint64_t>(it->size, 1)) return std::nullopt;
+  return Name{kernel_name(it->name), basename_of(m->path)};
+}
+
+// Processes that were running before gpuscope: their __cudaGetKernel calls are over, but
+// each stub keeps the handle it got in a static variable that .symtab names.
+void Kernels::scan_handle_vars(pid_t pid) {
+  auto now = std::chrono::steady_clock::now();
+  auto [it, fresh] = var_scans_.try_emplace(pid, now);
+  if (!fresh && now - it->second < std::chrono::seconds(2)) return;
+  it->second = now;
+  auto maps = read_maps(pid);
+  maps_[pid] = maps;
+  int mem = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (mem < 0) return;
+  std::set<std::string> seen;
+  for (auto& m : maps) {
+    if (!seen.insert(m.path).second) continue;
+    const FileInfo* f = file(pid, m.path);
+    if (f->handle_vars.empty()) continue;
+    uint64_t base = UINT64_MAX;
+    for (auto& x : maps)
+      if (x.path == m.path && x.off == 0) base = std::min(base, x.start);
+    uint64_t bias = f->is_exec ? 0 : base - f->first_load_vaddr;
+    if (!f->is_exec && base == UINT64_MAX) continue;
+    for (auto& [vaddr, sym] : f->handle_vars) {
+      uint64_t h = 0;
+      if (pread(mem, &h, sizeof h, static_cast<off_t>(vaddr + bias)) == sizeof h && h)
+        names_.try_emplace({pid, h}, Name{kernel_name(sym), basename_of(m.path)});
+    }
+  }
+  close(mem);
+}
+
+Name Kernels::resolve(const Key& k, uint64_t caller) {
+  auto [pid, layer, handle] = k;
+  if (layer == GS_K_GRAPH) return {fmt::format("[graph 0x{:x}]", handle), module_of(pid, caller)};
+  auto lookup = [&](uint64_t h) -> const Name* {
+    for (int hops = 0; hops < 3; hops++) {
+      if (auto it = names_.find({pid, h}); it != names_.end()) return &it->second;
+      auto kf = kernel_of_.find({pid, h});
+      if (kf == kernel_of_.end()) return nullptr;
+      h = kf->second;
+    }
+    return nullptr;
+  };
+  auto alias = [&]() -> std::optional<uint64_t> {
+    gs_k_alias_key ak{pid, 0, handle};
+    uint64_t rt = 0;
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.aliases), &ak, &rt) == 0) return rt;
+    return std::nullopt;
+  };
+  const Name* n = lookup(handle);
+  if (!n)
+    if (auto rt = alias()) n = lookup(*rt);
+  if (!n) {
+    scan_handle_vars(static_cast<pid_t>(pid));
+    n = lookup(handle);
+    if (!n)
+      if (auto rt = alias()) n = lookup(*rt);
+  }
+  if (n) return *n;
+  // Without a GPU, libcudart hands out the stub's own address as the handle.
+  if (auto s = symbolize(static_cast<pid_t>(pid), handle, true)) return *s;
+  std::string mod = module_of(static_cast<pid_t>(pid), caller);
+  return {"[unknown " + mod + "]", mod};
+}
+
+void Kernels::on_event(const gs_k_event& e) {
+  pid_t pid = static_cast<pid_t>(e.pid);
+  if (e.type == GS_K_EV_EXIT) {
+    if (comms_[e.pid].empty()) comms_[e.pid] = std::string(e.name, strnlen(e.name, GS_COMM_LEN));
+    return process_exited(e.pid);
+  }
+  switch (e.namer) {
+    case GS_K_MODULE_GET_FUNCTION:
+    case GS_K_LIBRARY_GET_KERNEL: {
+      std::string name(e.name, strnlen(e.name, sizeof e.name));
+      names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
+      break;
+    }
+    case GS_K_KERNEL_GET_FUNCTION:
+      kernel_of_[{e.pid, e.handle}] = e.src;
+      break;
+    case GS_K_GET_KERNEL:
+      if (auto n = symbolize(pid, e.src, false)) names_[{e.pid, e.handle}] = *n;
+      break;
+  }
+}
+
+std::map<Key, uint64_t> Kernels::read_counts(std::optional<uint32_t> only) {
+  std::map<Key, uint64_t> r;
+  int fd = bpf_map__fd(skel_->maps.counts);
+  gs_k_key key{}, next{};
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    key = next;
+    cur = &key;
+    if (only && key.pid != *only) continue;
+    gs_k_val v;
+    if (bpf_map_lookup_elem(fd, &key, &v) != 0) continue;
+    Key k{key.pid, key.layer, key.handle};
+    r[k] = v.count;
+    callers_.try_emplace(k, v.caller);
+  }
+  return r;
+}
+
+// New rows are named while their process still runs: a short-lived one may be gone by the
+// next interval, and with it its maps.
+void Kernels::learn_new_keys() {
+  int fd = bpf_map__fd(skel_->maps.counts);
+  gs_k_key key{}, next{};
+  const void* cur = nullptr;
+  std::vector<Key> fresh;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    key = next;
+    cur = &key;
+    Key k{key.pid, key.layer, key.handle};
+    gs_k_val v;
+    if (resolved_.count(k) || guessed_.count(k) || bpf_map_lookup_elem(fd, &key, &v) != 0) continue;
+    callers_.try_emplace(k, v.caller);
+    fresh.push_back(k);
+  }
+  for (auto& k : fresh) {
+    if (comms_[std::get<0>(k)].empty()) comms_[std::get<0>(k)] = proc_comm(static_cast<pid_t>(std::get<0>(k)));
+    Name nm = resolve(k, callers_[k]);
+    (nm.kernel.starts_with("[unknown") ? guessed_ : resolved_)[k] = nm;
+  }
+}
+
+void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool exited) {
+  struct Row {
+    uint32_t pid;
+    Name name;
+    uint64_t launches = 0, delta = 0;
+  };
+  std::map<std::tuple<uint32_t, std::string, std::string>, Row> rows;
+  for (auto& [k, cum] : now) {
+    auto it = resolved_.find(k);
+    Name nm = it != resolved_.end() ? it->second : guessed_.count(k) ? guessed_[k] : Name{"[unknown ?]", "?"};
+    auto& r = rows[{std::get<0>(k), nm.kernel, nm.module}];
+    r.pid = std::get<0>(k);
+    r.name = nm;
+    r.launches += cum;
+    r.delta += cum - (prev_.count(k) ? prev_[k] : 0);
+  }
+  std::vector<Row> v;
+  for (auto& [_, r] : rows) v.push_back(r);
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
+  if (o_.top && v.size() > o_.top && !exited) v.resize(o_.top);
+  auto it = std::back_inserter(out_.buf());
+  static const Table table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
+  if (!o_.json && !exited) {
+    time_t t = time(nullptr);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
+    fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows.size());
+    table.header(out_.buf());
+  }
+  for (auto& r : v) {
+    double rate = secs > 0 ? r.delta / secs : 0;
+    const std::string& comm = comms_[r.pid];
+    if (o_.json) {
+      JsonLine j(out_.buf());
+      j.str("type", "kernel").num("pid", r.pid).str("comm", comm).str("kernel", r.name.kernel);
+      j.str("module", r.name.module).num("launches", r.launches);
+      if (exited) j.boolean("exited", true);
+      j.end();
+      // JsonLine writes no floating-point values: splice the rate in before the '}'.
+      out_.buf().resize(out_.buf().size() - 2);
+      fmt::format_to(it, ",\"rate\":{:.1f}}}\n", rate);
+    } else {
+      table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
+                             exited ? "exited" : fmt::format("{:.1f}", rate), r.name.kernel, r.name.module});
+    }
+  }
+  out_.flush();
+}
+
+void Kernels::interval() {
+  learn_new_keys();
+  auto now_t = std::chrono::steady_clock::now();
+  double secs = std::chrono::duration<double>(now_t - last_print_).count();
+  last_print_ = now_t;
+  // Unknown rows get another chance: a name may have been learned since.
+  for (auto it = guessed_.begin(); it != guessed_.end();) {
+    Name nm = resolve(it->first, callers_[it->first]);
+    if (nm.kernel.starts_with("[unknown")) {
+      it->second = nm.module == "?" ? it->second : nm;
+      ++it;
+    } else {
+      resolved_[it->first] = nm;
+      it = guessed_.erase(it);
+    }
+  }
+  auto now = read_counts();
+  print_rows(now, secs, false);
+  prev_ = std::move(now);
+}
+
+void Kernels::process_exited(uint32_t pid) {
+  learn_new_keys();
+  auto rows = read_counts(pid);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_print_).count();
+  if (!rows.empty()) print_rows(rows, secs, true);
+  int fd = bpf_map__fd(skel_->maps.counts);
+  for (auto& [k, _] : rows) {
+    gs_k_key key{std::get<0>(k), std::get<1>(k), std::get<2>(k)};
+    bpf_map_delete_elem(fd, &key);
+    prev_.erase(k), resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
+  }
+  int afd = bpf_map__fd(skel_->maps.aliases);
+  gs_k_alias_key key{}, next{};
+  std::vector<gs_k_alias_key> dead;
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(afd, cur, &next) == 0) {
+    key = next;
+    cur = &key;
+    if (key.pid == pid) dead.push_back(key);
+  }
+  for (auto& k : dead) bpf_map_delete_elem(afd, &k);
+  std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
+  std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });
+  maps_.erase(static_cast<pid_t>(pid));
+  var_scans_.erase(static_cast<pid_t>(pid));
+  comms_.erase(pid);
+}
+
+int Kernels::run() {
+  for (pid_t pid : o_.pids)
+    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
+  if (!(o_.interval_s > 0)) throw UsageError("--interval must be positive");
+  std::unordered_set<std::string> names;
+  for (const Site& s : kSites)
+    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(s.name) + suf);
+  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
+  std::vector<CudaObject> initial;
+  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  require_bpf_privileges();
+  set_libbpf_verbose(o_.verbose);
+  skel_.reset(kernels_bpf__open());
+  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+  if (!o_.comm.empty()) {
+    skel_->rodata->filter_comm = true;
+    strncpy(const_cast<char*>(skel_->rodata->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
+  }
+  if (int err = kernels_bpf__load(skel_.get()))
+    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                     " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  bool exits = true;
+  if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
+    links_.emplace_back(l);
+  else
+    exits = false, fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", strerror(errno));
+  if (o_.pids.empty())
+    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
+  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
+  for (const auto& obj : initial) attach_object(obj);
+  RingBuffer rb(bpf_map__fd(skel_->maps.events), [&](const void* d, size_t sz) {
+    if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
+  });
+
+  StopControl stop(o_.duration_s);
+  fprintf(stderr, "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
+          sites_, objects_, exits ? "" : " (exits not seen)", o_.interval_s);
+  using clock = std::chrono::steady_clock;
+  auto step = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
+  auto next_scan = clock::now(), next_print = clock::now() + step;
+  while (!stop.should_stop()) {
+    rb.poll(50);
+    learn_new_keys();
+    auto now = clock::now();
+    if (now >= next_print) {
+      interval();
+      next_print += step;
+    }
+    if (now < next_scan) continue;
+    next_scan = now + std::chrono::milliseconds(400);
+    for (const auto& obj : disc.scan_processes()) attach_object(obj);
+    if (!o_.pids.empty()) {
+      bool alive = false;
+      for (pid_t p : o_.pids) alive |= pid_exists(p);
+      if (!alive) break;
+    }
+  }
+  rb.drain();
+  destroy_links(links_);
+  rb.drain();
+  interval();
+  uint64_t full = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_ROWS_FULL);
+  uint64_t captured = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_CAPTURED);
+  uint64_t lost = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_EVENTS) +
+                  percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_NO_STATE);
+  if (full || captured || lost)
+    fprintf(stderr, "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
+            "events lost\n", (unsigned long long)full, (unsigned long long)captured, (unsigned long long)lost);
+  return 0;
+}
+
+}  // namespace
+
+int run_kernels(const KernelsOptions& opts) {
+  Kernels k(opts);
+  return k.run();
+}
+
+}  // namespace gpuscope

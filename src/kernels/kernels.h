@@ -1,0 +1,71 @@
+/* gpuscope kernels: map and event layouts shared by kernels.bpf.c and userspace. */
+#ifndef GPUSCOPE_KERNELS_H
+#define GPUSCOPE_KERNELS_H
+#ifdef __cplusplus
+#include <linux/types.h>
+#endif
+
+#define GS_K_MAX_ROWS 65536
+#define GS_K_NAME_LEN 128
+
+enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH };
+
+/* Attach cookies of the launch program: where the handle and the stream are. */
+enum gs_k_site {
+	GS_K_CUDA_LAUNCH,     /* cudaLaunchKernel(func, grid, block, args, smem, stream) */
+	GS_K_CUDA_LAUNCH_EX,  /* cudaLaunchKernelExC(config, func, args) */
+	GS_K_CUDA_GRAPH,      /* cudaGraphLaunch(exec, stream) */
+	GS_K_CU_LAUNCH,       /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, ...) */
+	GS_K_CU_LAUNCH_EX,    /* cuLaunchKernelEx(config, f, params, extra) */
+	GS_K_CU_GRAPH,        /* cuGraphLaunch(exec, stream) */
+};
+
+/* Cookies of the naming programs. */
+enum gs_k_namer {
+	GS_K_MODULE_GET_FUNCTION, /* cuModuleGetFunction(CUfunction *, CUmodule, const char *) */
+	GS_K_LIBRARY_GET_KERNEL,  /* cuLibraryGetKernel(CUkernel *, CUlibrary, const char *) */
+	GS_K_KERNEL_GET_FUNCTION, /* cuKernelGetFunction(CUfunction *, CUkernel) */
+	GS_K_GET_KERNEL,          /* __cudaGetKernel(cudaKernel_t *, const void *stub) */
+};
+
+struct gs_k_key {
+	__u32 pid;
+	__u32 layer;
+	__u64 handle;
+};
+
+struct gs_k_val {
+	__u64 count;
+	__u64 caller; /* return address of the first launch counted: names the module */
+};
+
+/* A driver handle and the runtime handle whose launch reached the driver with it. */
+struct gs_k_alias_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 drv;
+};
+
+enum gs_k_event_type { GS_K_EV_NAME, GS_K_EV_EXIT };
+
+struct gs_k_event {
+	__u32 type;
+	__u32 pid;
+	__u32 namer;
+	__u32 pad;
+	__u64 handle; /* what the call handed out */
+	__u64 src;    /* __cudaGetKernel: stub address; cuKernelGetFunction: the CUkernel */
+	__u64 caller; /* return address of the naming call */
+	char name[GS_K_NAME_LEN];
+};
+
+enum gs_k_drop { GS_K_DROP_ROWS_FULL, GS_K_DROP_CAPTURED, GS_K_DROP_NO_STATE, GS_K_DROP_EVENTS, GS_K_DROP_COUNT };
+
+#ifdef __cplusplus
+static_assert(sizeof(gs_k_key) == 16);
+static_assert(sizeof(gs_k_val) == 16);
+static_assert(sizeof(gs_k_alias_key) == 16);
+static_assert(sizeof(gs_k_event) == 40 + GS_K_NAME_LEN);
+#endif
+
+#endif
