@@ -33,7 +33,7 @@ static __always_inline bool comm_matches(void)
 }
 
 struct namer_slot {
-	__u64 outp, src, caller;
+	__u64 outp, src, caller, name_ptr;
 	__u32 active, pad;
 };
 
@@ -237,6 +237,7 @@ int gs_k_name_enter(struct pt_regs *ctx)
 	s->outp = ctx->di;
 	s->src = ctx->si;
 	s->caller = return_address(ctx);
+	s->name_ptr = ctx->dx;
 	s->active = 1;
 	if (namer <= GS_K_LIBRARY_GET_KERNEL)
 		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);
@@ -269,6 +270,7 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	bpf_probe_read_user(&e->handle, sizeof(e->handle), (void *)s->outp);
 	e->src = s->src;
 	e->caller = s->caller;
+	e->name_ptr = s->name_ptr;
 	e->name[0] = 0;
 	if (namer <= GS_K_LIBRARY_GET_KERNEL)
 		bpf_probe_read_kernel_str(e->name, GS_K_NAME_LEN, st->name[namer & 1]);

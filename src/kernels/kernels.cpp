@@ -17,6 +17,7 @@
 
 #include "common/events.h"
 #include "core/bpf.h"
+#include "core/demangle.h"
 #include "core/discovery.h"
 #include "core/elf_symbols.h"
 #include "core/output.h"
@@ -62,13 +63,17 @@ std::string basename_of(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-std::string demangle(const std::string& s) {
-  int st = 0;
-  char* d = abi::__cxa_demangle(s.c_str(), nullptr, nullptr, &st);
-  if (!d) return s;
-  std::string r(d);
-  free(d);
-  return r;
+// A NUL-terminated string of the process, through /proc/PID/mem (which faults pages in).
+std::string read_user_string(pid_t pid, uint64_t addr, size_t max) {
+  if (!addr) return "";
+  int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string buf(max, '\0');
+  ssize_t n = pread(fd, buf.data(), max, static_cast<off_t>(addr));
+  close(fd);
+  if (n <= 0) return "";
+  buf.resize(strnlen(buf.data(), static_cast<size_t>(n)));
+  return buf;
 }
 
 // nvcc's host stub `__device_stub__Z12alpha_kernelPf(float*)` and its static handle
@@ -354,6 +359,12 @@ void Kernels::on_event(const gs_k_event& e) {
     case GS_K_MODULE_GET_FUNCTION:
     case GS_K_LIBRARY_GET_KERNEL: {
       std::string name(e.name, strnlen(e.name, sizeof e.name));
+      // The copy made in BPF is cut at GS_K_NAME_LEN, or empty when the page was not in
+      // memory yet: the string is in the loaded image, so read it again here.
+      if (name.empty() || name.size() >= sizeof e.name - 1) {
+        std::string full = read_user_string(pid, e.name_ptr, 4096);
+        if (!full.empty()) name = std::move(full);
+      }
       names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
       break;
     }
@@ -428,6 +439,10 @@ void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool e
   std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
   if (o_.top && v.size() > o_.top && !exited) v.resize(o_.top);
   auto it = std::back_inserter(out_.buf());
+  // One realtime stamp per block, so that JSON readers can tell the intervals apart.
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
   static const Table table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
   if (!o_.json && !exited) {
     time_t t = time(nullptr);
@@ -442,7 +457,7 @@ void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool e
     const std::string& comm = comms_[r.pid];
     if (o_.json) {
       JsonLine j(out_.buf());
-      j.str("type", "kernel").num("pid", r.pid).str("comm", comm).str("kernel", r.name.kernel);
+      j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", r.name.kernel);
       j.str("module", r.name.module).num("launches", r.launches);
       if (exited) j.boolean("exited", true);
       j.end();

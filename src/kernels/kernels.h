@@ -56,6 +56,7 @@ struct gs_k_event {
 	__u64 handle; /* what the call handed out */
 	__u64 src;    /* __cudaGetKernel: stub address; cuKernelGetFunction: the CUkernel */
 	__u64 caller; /* return address of the naming call */
+	__u64 name_ptr; /* the name's address in the process: read again when the copy here is cut or failed */
 	char name[GS_K_NAME_LEN];
 };
 
@@ -65,7 +66,7 @@ enum gs_k_drop { GS_K_DROP_ROWS_FULL, GS_K_DROP_CAPTURED, GS_K_DROP_NO_STATE, GS
 static_assert(sizeof(gs_k_key) == 16);
 static_assert(sizeof(gs_k_val) == 16);
 static_assert(sizeof(gs_k_alias_key) == 16);
-static_assert(sizeof(gs_k_event) == 40 + GS_K_NAME_LEN);
+static_assert(sizeof(gs_k_event) == 48 + GS_K_NAME_LEN);
 #endif
 
 #endif

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# usage: 80_kernels_pytorch.sh GPUSCOPE_BIN OUT_DIR
+# `gpuscope kernels` on a PyTorch training loop (workloads/torch_train.py), twice: attached
+# before the process's first CUDA call, and attached to a process that has already run the
+# loop. In each, the launches of the measured window must equal torch.profiler's kernels
+# (graph replays x nodes apart), every named row's count must equal the profiler's count for
+# that name, and the share of launches left unnamed is recorded.
+set -euo pipefail
+# shellcheck source=../lib/common.sh
+source "$(dirname "$0")/../lib/common.sh"
+GPUSCOPE=$1
+OUT=$2
+mkdir -p "$OUT"
+LIBCUDA=$(ld_cache_libcuda)
+LIBS=()
+if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+summary=()
+rc_all=0
+for mode in before running; do
+  D=$OUT/$mode
+  mkdir -p "$D"
+  rm -f "$D"/{go,workload.out,workload.err,kernels.jsonl,kernels.err,figures.json,table.txt}
+  log "mode $mode: starting workloads/torch_train.py"
+  python3 -u -B "$GPU_TESTS_DIR/workloads/torch_train.py" "$mode" "$D/go" "$D" >"$D/workload.out" 2>"$D/workload.err" &
+  WL=$!
+  track "$WL"
+  wait_for "$D/workload.out" '^READY ' 120 "$WL" || fail "workload ($mode) not READY: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
+  log "gpuscope kernels --json --interval 0.25 -p $WL ${LIBS[*]}"
+  "$GPUSCOPE" kernels --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150 >"$D/kernels.jsonl" 2>"$D/kernels.err" &
+  KP=$!
+  track "$KP"
+  wait_for "$D/kernels.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$D/kernels.err")"
+  # The same process, seen by a second, human-readable instance: the top rows at the end.
+  "$GPUSCOPE" kernels --interval 60 --top 15 -p "$WL" "${LIBS[@]}" -d 150 >"$D/table.txt" 2>"$D/table.err" &
+  TP=$!
+  track "$TP"
+  wait_for "$D/table.err" 'counting launches' 60 "$TP" || fail "second kernels did not start"
+  touch "$D/go"
+  wait_exit "$WL" 120
+  [[ $WAIT_RC == 0 ]] || fail "workload ($mode) exited with $WAIT_RC: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
+  # With -p, gpuscope ends when the process has; give it the final rows.
+  wait_exit "$KP" 30
+  wait_exit "$TP" 30
+  stop "$KP" 5
+  stop "$TP" 5
+  tail -n 3 "$D/kernels.err" >&2
+  r=0
+  python3 -B "$GPU_TESTS_DIR/lib/analyze_kernels.py" "$D/kernels.jsonl" "$D/workload.out" "$WL" "$mode" \
+    "$D/figures.json" >"$D/result.txt" || r=$?
+  cat "$D/result.txt" >&2
+  summary+=("$(head -n1 "$D/result.txt")")
+  [[ $r == 0 ]] || rc_all=1
+done
+if [[ $rc_all == 0 ]]; then pass "${summary[*]}"; fi
+fail "${summary[*]}"

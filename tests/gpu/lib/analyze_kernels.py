@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""usage: analyze_kernels.py KERNELS_JSONL WORKLOAD_OUT PID MODE FIGURES_JSON
+
+Compares `gpuscope kernels --json` with torch.profiler over the workload's measured window
+(workloads/torch_train.py). gpuscope's rows are cumulative; the window's launches are the
+difference between the last refresh before t0 and the first refresh after t1 (both inside
+the workload's quiet periods). Checks:
+- launches outside graphs: gpuscope's total == the profiler's non-graph kernels;
+- graph rows: REPLAYS replays, and REPLAYS x nodes == the profiler's graph kernels;
+- every named row's count == the profiler's count for that name (spaces ignored).
+Reports the share of window launches left `[unknown ...]`, and the top rows.
+Exit 0 when the counts agree, 1 otherwise."""
+import collections
+import json
+import sys
+
+
+def norm(name):
+    return "".join(name.split())
+
+
+def main():
+    rows_path, wl_path, pid, mode, fig_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    result = None
+    with open(wl_path) as f:
+        for line in f:
+            if line.startswith("RESULT "):
+                result = json.loads(line[7:])
+    if not result:
+        print("FAIL: no RESULT line from the workload")
+        return 1
+    blocks = collections.OrderedDict()
+    with open(rows_path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("type") != "kernel" or r.get("pid") != pid or r.get("exited"):
+                continue
+            blocks.setdefault(r["ts_ns"], []).append(r)
+    t0, t1, quiet = result["t0_ns"], result["t1_ns"], int(result["quiet_s"] * 1e9)
+    before = [ts for ts in blocks if t0 - quiet + 200_000_000 < ts < t0 - 50_000_000]
+    after = [ts for ts in blocks if t1 + 200_000_000 < ts < t1 + quiet - 50_000_000]
+    if not after:
+        print("FAIL: no gpuscope refresh in the quiet period after the window")
+        return 1
+
+    def counts(ts):
+        c = collections.Counter()
+        for r in blocks.get(ts, []):
+            c[(r["kernel"], r["module"])] += r["launches"]
+        return c
+
+    c0 = counts(before[-1]) if before else collections.Counter()
+    c1 = counts(after[0])
+    delta = {k: c1[k] - c0.get(k, 0) for k in c1 if c1[k] - c0.get(k, 0) > 0}
+    graph_rows = {k: v for k, v in delta.items() if k[0].startswith("[graph")}
+    plain_rows = {k: v for k, v in delta.items() if not k[0].startswith("[graph")}
+    unknown = sum(v for k, v in plain_rows.items() if k[0].startswith("[unknown"))
+    total = sum(plain_rows.values())
+    prof_plain, prof_graph = result["profiler_plain"], result["profiler_graph"]
+    prof_total = sum(prof_plain.values())
+    replays = sum(graph_rows.values())
+    ok = True
+    msgs = []
+    if total != prof_total:
+        ok = False
+        msgs.append(f"launches outside graphs: gpuscope {total} != profiler {prof_total}")
+    if replays != result["replays"]:
+        ok = False
+        msgs.append(f"graph replays: gpuscope {replays} != {result['replays']}")
+    if replays * (result["graph_nodes"] or 0) != sum(prof_graph.values()):
+        ok = False
+        msgs.append(f"graph kernels: {replays} x {result['graph_nodes']} != profiler {sum(prof_graph.values())}")
+    by_prof = {norm(n): c for n, c in prof_plain.items()}
+    named_ok = named_bad = 0
+    mismatches = []
+    for (name, module), n in plain_rows.items():
+        if name.startswith("[unknown"):
+            continue
+        if by_prof.get(norm(name)) == n:
+            named_ok += 1
+        else:
+            named_bad += 1
+            mismatches.append({"kernel": name, "module": module, "gpuscope": n, "profiler": by_prof.get(norm(name))})
+    if named_bad:
+        ok = False
+        msgs.append(f"{named_bad} named rows disagree with the profiler")
+    top = sorted(plain_rows.items(), key=lambda kv: -kv[1])[:12]
+    fig = {
+        "mode": mode, "window_launches": total, "profiler_kernels": prof_total, "graph_replays": replays,
+        "graph_nodes": result["graph_nodes"], "profiler_graph_kernels": sum(prof_graph.values()),
+        "unnamed_launches": unknown, "unnamed_share": round(unknown / total, 4) if total else None,
+        "named_rows_matching_profiler": named_ok, "mismatches": mismatches,
+        "distinct_kernels_profiler": len(prof_plain), "rows_gpuscope": len(plain_rows),
+        "top": [{"launches": v, "kernel": k[0], "module": k[1],
+                 "profiler": by_prof.get(norm(k[0]))} for k, v in top],
+    }
+    with open(fig_path, "w") as f:
+        json.dump(fig, f, indent=1)
+    print(f"{mode}: window launches {total} (profiler {prof_total}), graph {replays} x {result['graph_nodes']} "
+          f"(profiler {sum(prof_graph.values())}), unnamed {unknown}/{total}, named rows matching {named_ok}/{named_ok + named_bad}")
+    for k, v in top:
+        print(f"  {v:6d}  {k[0][:110]}  [{k[1]}]  profiler={by_prof.get(norm(k[0]))}")
+    for m in mismatches[:10]:
+        print("  mismatch:", json.dumps(m))
+    if not ok:
+        print("FAIL:", "; ".join(msgs))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
