@@ -147,13 +147,17 @@ class Reader {
 
   // Skips one balanced stretch starting at an opener (N, I, F, Z, L...) up to its E.
   bool skip_balanced() {
-    int depth = 0;
+    std::vector<char> open;
     do {
       if (eof()) return false;
       char c = peek();
       if (isdigit(static_cast<unsigned char>(c))) {
         std::string id;
         if (!ident(id)) return false;
+      } else if (c == 'U' && s_.substr(i_, 6) == "Unvhdl") {
+        if (!skip_hdl(nullptr)) return false;
+      } else if (c == 'U' && at(1) == 'l') {
+        open.push_back('l'), i_ += 2;
       } else if (c == 'S' || c == 'T') {
         i_++;
         if (c == 'S' && peek() && strchr("tabsiod", peek())) i_++;
@@ -167,21 +171,100 @@ class Reader {
           while (!eof() && peek() != 'E') i_++;
           i_++;
         } else {
-          depth++;
+          open.push_back('L');
         }
       } else if (c == 'D') {
         i_ += 2;
       } else if (c == 'N' || c == 'I' || c == 'F' || c == 'Z') {
-        depth++, i_++;
+        open.push_back(c), i_++;
       } else if (c == 'E') {
-        depth--, i_++;
+        if (open.empty()) return false;
+        char o = open.back();
+        open.pop_back(), i_++;
+        if (o == 'l') {  // a closure: E [number] _
+          size_t n;
+          number(n);
+          if (!take('_')) return false;
+        }
       } else {
         i_++;
       }
-    } while (depth > 0);
+    } while (!open.empty());
     return true;
   }
 
+  // One <type>, enough of the grammar for what lambda signatures and tags hold.
+  bool skip_type() {
+    char c = peek();
+    if (!c) return false;
+    if (strchr("PROKVr", c)) return i_++, skip_type();
+    if (c == 'D') return i_ += 2, true;
+    if (builtin(c) || strchr("nowegz", c)) return i_++, true;
+    if (c == 'N' || c == 'F' || c == 'Z') return skip_balanced();
+    if (c == 'A') {
+      size_t n;
+      i_++;
+      number(n);
+      return take('_') && skip_type();
+    }
+    if (c == 'M') return i_++, skip_type() && skip_type();
+    if (c == 'U' && s_.substr(i_, 6) == "Unvhdl") return skip_hdl(nullptr);
+    if (c == 'L') i_++, c = peek();
+    if (c == 'S' || c == 'T') {
+      i_++;
+      if (c == 'S' && peek() && strchr("tabsiod", peek())) {
+        i_++;
+        std::string id;
+        if (isdigit(static_cast<unsigned char>(peek())) && !ident(id)) return false;
+      } else {
+        while (!eof() && peek() != '_') i_++;
+        if (!take('_')) return false;
+      }
+    } else {
+      std::string id;
+      if (!ident(id)) return false;
+    }
+    return peek() == 'I' ? skip_balanced() : true;
+  }
+
+ public:
+  // `Unvhdl <mutable>_<conv>_<nothrow>_<captures>_ <tag's function type> <tag's function>
+  // <tag number>_ <return type> <parameters> E <capture types>`: the closure of a
+  // __host__ __device__ lambda. With `params` it gives the parameters' mangling.
+  bool skip_hdl(std::string* params) {
+    if (!take("Unvhdl")) return false;
+    size_t flags[4];
+    for (auto& f : flags)
+      if (!number(f) || !take('_')) return false;
+    size_t tag;
+    if (!skip_type() || !skip_type() || !number(tag) || !take('_') || !skip_type()) return false;
+    size_t p = i_;
+    while (!eof() && peek() != 'E')
+      if (!skip_type()) return false;
+    if (params) *params = std::string(s_.substr(p, i_ - p));
+    if (!take('E')) return false;
+    for (size_t k = 0; k < flags[3]; k++)
+      if (!skip_type()) return false;
+    return true;
+  }
+
+  // NVIDIA's demangler shows such a closure as the lambda it wraps, `{lambda(float)#1}`,
+  // which is what the standard closure mangling `Ul <params> E _` reads as.
+  static std::string standard_closures(std::string_view s) {
+    std::string out;
+    size_t from = 0;
+    for (size_t p = s.find("Unvhdl"); p != std::string_view::npos; p = s.find("Unvhdl", from)) {
+      Reader r(s);
+      r.i_ = p;
+      std::string params;
+      if (!r.skip_hdl(&params)) return "";
+      out.append(s.substr(from, p - from)).append("Ul").append(params.empty() ? "v" : params).append("E_");
+      from = r.i_;
+    }
+    return out.append(s.substr(from));
+  }
+
+ private:
   // At `Unvhdl<flags>_ <function type> <name>` (or Unvdl): the named function, qualified
   // where its prefix is one of the kernel's own.
   std::string wrapped_function(size_t p) {
@@ -257,6 +340,14 @@ std::string demangle(const std::string& mangled) {
     return r;
   }
   if (mangled.find("Unv") == std::string::npos) return mangled;
+  std::string standard = Reader::standard_closures(mangled);
+  if (!standard.empty()) {
+    if (char* d = abi::__cxa_demangle(standard.c_str(), nullptr, nullptr, &st)) {
+      std::string r(d);
+      free(d);
+      return r;
+    }
+  }
   Reader r(mangled);
   std::string q;
   if (!r.qualified_name(q)) return mangled;

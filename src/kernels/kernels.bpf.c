@@ -237,7 +237,7 @@ int gs_k_name_enter(struct pt_regs *ctx)
 	s->outp = ctx->di;
 	s->src = ctx->si;
 	s->caller = return_address(ctx);
-	s->name_ptr = ctx->dx;
+	s->name_ptr = namer == GS_K_GET_KERNEL ? ctx->di : ctx->dx;
 	s->active = 1;
 	if (namer <= GS_K_LIBRARY_GET_KERNEL)
 		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);

@@ -189,6 +189,7 @@ class Kernels {
   const Mapping* mapping(pid_t pid, uint64_t addr);
   std::string module_of(pid_t pid, uint64_t addr);
   std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
+  std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller);
   void learn_new_keys();
@@ -285,6 +286,26 @@ std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
   return Name{kernel_name(it->name), basename_of(m->path)};
 }
 
+// The nvcc handle variable at addr (it lives in .bss, often outside any file mapping, so it
+// is found through each mapped file's load bias).
+std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
+  auto maps = read_maps(pid);
+  std::set<std::string> seen;
+  for (auto& m : maps) {
+    if (!seen.insert(m.path).second) continue;
+    const FileInfo* f = file(pid, m.path);
+    if (f->handle_vars.empty()) continue;
+    uint64_t base = UINT64_MAX;
+    for (auto& x : maps)
+      if (x.path == m.path && x.off == 0) base = std::min(base, x.start);
+    if (!f->is_exec && base == UINT64_MAX) continue;
+    uint64_t bias = f->is_exec ? 0 : base - f->first_load_vaddr;
+    for (auto& [vaddr, sym] : f->handle_vars)
+      if (vaddr + bias == addr) return Name{kernel_name(sym), basename_of(m.path)};
+  }
+  return std::nullopt;
+}
+
 // Processes that were running before gpuscope: their __cudaGetKernel calls are over, but
 // each stub keeps the handle it got in a static variable that .symtab names.
 void Kernels::scan_handle_vars(pid_t pid) {
@@ -372,7 +393,10 @@ void Kernels::on_event(const gs_k_event& e) {
       kernel_of_[{e.pid, e.handle}] = e.src;
       break;
     case GS_K_GET_KERNEL:
-      if (auto n = symbolize(pid, e.src, false)) names_[{e.pid, e.handle}] = *n;
+      // The handle variable's symbol carries the kernel's device-side name, as CUPTI shows
+      // it; the stub's own symbol spells lambda kernels differently.
+      if (auto n = handle_var_name(pid, e.name_ptr)) names_[{e.pid, e.handle}] = *n;
+      else if (auto n = symbolize(pid, e.src, false)) names_[{e.pid, e.handle}] = *n;
       break;
   }
 }

@@ -56,7 +56,7 @@ struct gs_k_event {
 	__u64 handle; /* what the call handed out */
 	__u64 src;    /* __cudaGetKernel: stub address; cuKernelGetFunction: the CUkernel */
 	__u64 caller; /* return address of the naming call */
-	__u64 name_ptr; /* the name's address in the process: read again when the copy here is cut or failed */
+	__u64 name_ptr; /* the name's address (read again when the copy here is cut); __cudaGetKernel: the handle variable's */
 	char name[GS_K_NAME_LEN];
 };
 

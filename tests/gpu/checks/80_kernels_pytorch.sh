@@ -17,7 +17,8 @@ if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
 summary=()
 rc_all=0
 for mode in before running; do
-  D=$OUT/$mode
+  # Raw files stay in WORK (OUT gets the figures, results and tables only).
+  D=${WORK:-/tmp/gpuscope-80}/$mode
   mkdir -p "$D"
   rm -f "$D"/{go,workload.out,workload.err,kernels.jsonl,kernels.err,figures.json,table.txt}
   log "mode $mode: starting workloads/torch_train.py"
@@ -48,6 +49,7 @@ for mode in before running; do
   python3 -B "$GPU_TESTS_DIR/lib/analyze_kernels.py" "$D/kernels.jsonl" "$D/workload.out" "$WL" "$mode" \
     "$D/figures.json" >"$D/result.txt" || r=$?
   cat "$D/result.txt" >&2
+  for f in figures.json result.txt table.txt; do cp "$D/$f" "$OUT/${mode}_$f" 2>/dev/null || true; done
   summary+=("$(head -n1 "$D/result.txt")")
   [[ $r == 0 ]] || rc_all=1
 done

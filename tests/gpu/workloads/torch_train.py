@@ -13,8 +13,8 @@ torch.profiler session (CUDA activity): STEPS training steps (MLP, AdamW foreach
 REPLAYS replays of a captured CUDA graph. Around the window it synchronizes and stays quiet
 for QUIET_S, stamping CLOCK_REALTIME at both ends (t0, t1), so that gpuscope's cumulative
 counts read during the quiet periods bound exactly the window's launches.
-Prints `RESULT {json}`: stamps, graph nodes per replay, and the profiler's kernels by name
-(graph kernels apart).
+Prints `RESULT {json}`: stamps, the kernels of one graph replay (profiled alone), and the
+profiler's kernels by name in the window (those CUPTI marks as graph kernels apart).
 """
 import json
 import os
@@ -91,23 +91,25 @@ def warm(step, graph, out_dir):
         graph.replay()
         torch.cuda.synchronize()
     plain, g = kernels_of(prof, os.path.join(out_dir, "replay_profile.json"))
-    return sum(plain.values()) + sum(g.values())
+    for k, v in g.items():
+        plain[k] = plain.get(k, 0) + v
+    return plain
 
 
 def main():
     mode, go, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode not in ("before", "running"):
         sys.exit("MODE must be before or running")
-    nodes = None
+    replay = None
     if mode == "running":
         step, graph, _ = build()
-        nodes = warm(step, graph, out_dir)
+        replay = warm(step, graph, out_dir)
     emit("READY", {"pid": os.getpid(), "mode": mode, "torch": torch.__version__})
     while not os.path.exists(go):
         time.sleep(0.05)
     if mode == "before":
         step, graph, _ = build()
-        nodes = warm(step, graph, out_dir)
+        replay = warm(step, graph, out_dir)
 
     torch.cuda.synchronize()
     time.sleep(QUIET_S)
@@ -122,7 +124,8 @@ def main():
     time.sleep(QUIET_S)
     plain, g = kernels_of(prof, os.path.join(out_dir, "window_profile.json"))
     emit("RESULT", {"t0_ns": t0, "t1_ns": t1, "quiet_s": QUIET_S, "steps": STEPS, "replays": REPLAYS,
-                    "graph_nodes": nodes, "profiler_plain": plain, "profiler_graph": g})
+                    "graph_nodes": sum(replay.values()),
+                    "graph_kernel_names": replay, "profiler_plain": plain, "profiler_graph": g})
 
 
 if __name__ == "__main__":
