@@ -49,7 +49,7 @@ print(f"leak_app pid {pid}: leaks {len(leaks)} (want {len(want)}), exact {got ==
       f"free_errors {last.get('free_errors')}; leaks with stacks {stacks}; first stack {leaks[0].get('stack', [])[:4] if leaks else None}")
 if got != want:
     print("want", {hex(k): v for k, v in want.items()}); print("got ", {hex(k): v for k, v in got.items()})
-ok = got == want and any("cudaFree" in b["api"] for b in bad) and last.get("allocs_ok") == len(want) + 2
+ok = got == want and any("cudaFree" in b["api"] for b in bad) and last.get("allocs_ok") == len(want) + 3  # + the three blocks it freed
 sys.exit(0 if ok else 1)
 PY
 cat "$OUT/a.result" >&2
@@ -61,7 +61,7 @@ def quiet(tag):
     print("POINT", json.dumps({"tag": tag, "t_ns": time.clock_gettime_ns(time.CLOCK_REALTIME),
                                "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated()}), flush=True)
     time.sleep(2.5)
-print("READY", os.getpid(), flush=True)
+print("READY", os.getpid(), os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), flush=True)
 while not os.path.exists(sys.argv[1]): time.sleep(0.05)
 torch.cuda.init(); x = torch.zeros(1, device="cuda"); quiet("init")
 a = torch.empty(300 << 20, dtype=torch.uint8, device="cuda"); quiet("300MiB")
@@ -69,7 +69,7 @@ b = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); quiet("+1GiB")
 c = [torch.empty((7 + i) << 20, dtype=torch.uint8, device="cuda") for i in range(10)]; quiet("+10 small")
 del b; torch.cuda.empty_cache(); quiet("-1GiB, empty_cache")
 PY
-python3 -u -B "$OUT/expand.py" "$OUT/go" >"$OUT/expand.out" 2>&1 &
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 -u -B "$OUT/expand.py" "$OUT/go" >"$OUT/expand.out" 2>&1 &
 WL=$!
 track "$WL"
 wait_for "$OUT/expand.out" '^READY' 90 "$WL" || fail "expand.py not ready: $(tail -c 300 "$OUT/expand.out")"
@@ -109,8 +109,10 @@ for p in points:
     j = k + 1 if k is not None else j
 vmm = [r for r in rows if r.get("type") == "leak" and r.get("api", "").startswith("cuMemCreate")]
 print("expandable segments: " + "; ".join(lines) + f"; VMM rows at exit {len(vmm)}; plateaus {plateaus}")
+ok = ok and len(vmm) > 0
 sys.exit(0 if ok else 1)
 PY
+cp "$OUT/expand.jsonl" "$OUT/leak_app.jsonl" "$OUT/leak_app.out" "$OUT/.." 2>/dev/null || true
 cat "$OUT/b.result" >&2
 [[ $ra == 0 && $rb == 0 ]] && pass "$(cat "$OUT/a.result") | $(cat "$OUT/b.result")"
 fail "$(cat "$OUT/a.result") | $(cat "$OUT/b.result")"

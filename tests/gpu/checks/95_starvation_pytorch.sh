@@ -13,9 +13,8 @@ source "$(dirname "$0")/../lib/common.sh"
 GPUSCOPE=$1
 OUT=$2
 mkdir -p "$OUT"
-PIN=/sys/fs/bpf/gs95
-rm -rf "$PIN"
-"$GPUSCOPE" bridge --pin-dir "$PIN" --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
+PIN=/sys/fs/bpf
+"$GPUSCOPE" bridge --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
 BR=$!
 track "$BR"
 sleep 3
@@ -68,5 +67,21 @@ PY
   results+=("$(cat "$OUT/$mode.result")")
   [[ $r == 0 ]] || { stop "$BR"; fail "${results[*]} | $(tail -c 300 "$OUT/$mode.err" | tr '\n' ' ')"; }
 done
+# The shortest stall detected: stalls of decreasing length, --min-idle-ms at its floor
+# (2 x the bridge's 100 ms poll).
+ladder=()
+for burn in 0.8 0.5 0.4 0.3 0.25; do
+  python3 -X perf -u -B "$GPU_TESTS_DIR/workloads/torch_starve.py" starve 6 "$burn" >"$OUT/ladder.workload" 2>&1 &
+  WL=$!
+  track "$WL"
+  wait_for "$OUT/ladder.workload" '^READY ' 90 "$WL" || fail "ladder workload not READY"
+  "$GPUSCOPE" starvation --json --pin-dir "$PIN" -p "$WL" --min-idle-ms 200 -d 6 >"$OUT/ladder_$burn.jsonl" 2>/dev/null || true
+  wait_exit "$WL" 60
+  tid=$(sed -n 's/^READY .*"tid": \([0-9]*\).*/\1/p' "$OUT/ladder.workload")
+  stalls=$(sed -n 's/^DONE .*"stalls": \([0-9]*\).*/\1/p' "$OUT/ladder.workload")
+  rows=$(grep -c "\"tid\":$tid," "$OUT/ladder_$burn.jsonl" || true)
+  ladder+=("${burn}s stalls x${stalls}: ${rows} rows")
+done
+echo "ladder (--min-idle-ms 200): ${ladder[*]}" | tee "$OUT/ladder.result" >&2
 stop "$BR"
-pass "${results[*]}"
+pass "${results[*]} | ladder (--min-idle-ms 200): ${ladder[*]}"

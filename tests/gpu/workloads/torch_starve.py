@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch workload for checks/95_starvation_pytorch.sh. Run with `python3 -X perf`.
 
-usage: torch_starve.py MODE SECONDS      MODE: starve | busy
+usage: torch_starve.py MODE SECONDS [BURN_S]      MODE: starve | busy
 
 Holds GPU memory, then for SECONDS:
 - starve: a step of GPU work (matmuls, synchronized), then waits for a thread named
@@ -61,7 +61,10 @@ def stall_worker(go, done, ready):
 
 
 def main():
+    global BURN_S
     mode, secs = sys.argv[1], float(sys.argv[2])
+    if len(sys.argv) > 3:
+        BURN_S = float(sys.argv[3])
     hold = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     a = torch.randn(4096, 4096, device="cuda")
     for _ in range(3):
