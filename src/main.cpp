@@ -6,6 +6,8 @@
 #include "core/system.h"
 #include "ioctl/ioctl_cmd.h"
 #include "kernels/kernels_cmd.h"
+#include "memleak/memleak_cmd.h"
+#include "starvation/starvation_cmd.h"
 #include "latency/latency_cmd.h"
 #include "uvm/uvm_cmd.h"
 #include "trace/trace.h"
@@ -91,6 +93,23 @@ int main(int argc, char** argv) {
       "  gpuscope kernels -p 1234 --top 20\n"
       "  gpuscope kernels -c python3 --json --interval 5");
 
+  MemleakOptions mopt;
+  auto* memleak = app.add_subcommand("memleak", "Track live GPU allocations per process; leak report when a process exits");
+  add_common(memleak, common);
+  memleak->add_option("-p,--pid", mopt.pids, "Only these host pids (repeatable)");
+  memleak->add_option("-c,--comm", mopt.comm, "Only processes with this name");
+  memleak->add_option("--lib", mopt.libs, "Also probe this CUDA library or executable (repeatable)");
+  memleak->add_option("--interval", mopt.interval_s, "Print the per-process summary every SECONDS (default 5)")
+      ->check(CLI::PositiveNumber);
+  memleak->add_option("--min-age", mopt.min_age_s, "List live allocations older than SECONDS as suspected leaks")
+      ->check(CLI::PositiveNumber);
+  memleak->add_flag("--stacks", mopt.stacks, "Record and symbolize the allocating user stack");
+  memleak->footer(
+      "EXAMPLES:\n"
+      "  gpuscope memleak                        # every process, summary every 5 s, leak report at exit\n"
+      "  gpuscope memleak -p 1234 --min-age 60   # also list allocations older than a minute\n"
+      "  gpuscope memleak -c python3 --stacks --json");
+
   IoctlOptions iopt;
   auto* ioctl = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
   add_common(ioctl, common);
@@ -109,6 +128,32 @@ int main(int argc, char** argv) {
   add_common(uvm, common);
   uvm->add_option("--interval", uopt.interval_s, "Print every SECONDS (default 1)")->check(CLI::PositiveNumber);
   uvm->add_option("--top", uopt.top, "Thrashing addresses to list per interval (default 10)");
+
+  StarvationOptions sopt;
+  auto* starvation = app.add_subcommand(
+      "starvation", "Threads burning CPU while their process's GPUs sit idle, with stacks (needs `gpuscope bridge`)");
+  add_common(starvation, common);
+  starvation->add_option("-p,--pid", sopt.pids, "Only these host pids (repeatable)");
+  starvation->add_option("-c,--comm", sopt.comm, "Only processes with this name");
+  starvation->add_option("--min-gpu-mem-bytes", sopt.min_gpu_mem_bytes,
+                         "Only processes holding at least this much GPU memory on a device (default 1)");
+  starvation->add_option("--min-idle-ms", sopt.min_idle_ms,
+                         "GPU idle this long before CPU time counts (default 1000; at least 2x the bridge's poll)");
+  starvation->add_option("--stale-threshold-ms", sopt.stale_threshold_ms,
+                         "No verdict on bridge data older than this (default 300)");
+  starvation->add_option("--pin-dir", sopt.pin_dir, "bpffs directory of the bridge's pins (default /sys/fs/bpf)");
+  starvation->add_flag("--collect-ustack", sopt.collect_ustack, "Add the symbolized user stack to each row");
+  starvation->add_flag("--collect-kstack", sopt.collect_kstack, "Add the kernel stack to each row");
+  starvation->add_option("--sample-hz", sopt.sample_hz, "cpu-clock samples per second per CPU (default 49)")
+      ->check(CLI::Range(1u, 1000u));
+  starvation->add_option("--folded", sopt.folded, "Write folded stacks weighted by sampled ns (flamegraph.pl input)");
+  starvation->add_option("--svg", sopt.svg, "Write the flame graph as SVG");
+  starvation->footer(
+      "EXAMPLES:\n"
+      "  gpuscope bridge &                                  # publishes GPU state; starvation reads it\n"
+      "  gpuscope starvation                                # every GPU process, one row per thread per second\n"
+      "  gpuscope starvation -p 1234 --collect-ustack --json\n"
+      "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
 
   bool doctor_json = false;
   BridgeOptions bopt;
@@ -160,6 +205,18 @@ int main(int argc, char** argv) {
       kopt.json = common.json;
       kopt.verbose = common.verbose;
       return run_kernels(kopt);
+    }
+    if (memleak->parsed()) {
+      mopt.duration_s = common.duration;
+      mopt.json = common.json;
+      mopt.verbose = common.verbose;
+      return run_memleak(mopt);
+    }
+    if (starvation->parsed()) {
+      sopt.duration_s = common.duration;
+      sopt.json = common.json;
+      sopt.verbose = common.verbose;
+      return run_starvation(sopt);
     }
     if (bridge->parsed()) {
       bopt.duration_s = common.duration;

@@ -321,14 +321,15 @@ std::vector<Sub> judge(const Doctor& d) {
       {"trace", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"latency", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"kernels", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"memleak", {{"privileges"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
+      {"memleak", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
       {"ioctl", {{"privileges"}, {"tracefs", "raw_tp"}}, {}},
       {"uvm", {{"privileges"}, {"kprobes", "fentry"}, {"nvidia_uvm"}}, {}},
       {"starvation", {{"privileges"}, {"nvml"}, {"bpffs"}, {"tp_btf"}, {"perf_events"}}, {}},
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
   };
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace", "bridge", "latency", "ioctl", "uvm", "kernels"};
+  static const std::set<std::string> built = {"trace", "bridge", "latency", "ioctl", "uvm", "kernels", "memleak",
+                                                    "starvation"};
   auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
@@ -354,7 +355,7 @@ std::vector<Sub> judge(const Doctor& d) {
     }
     std::vector<std::string> lacking;
     for (auto& c : n.optional)
-      if (!d.get(c).ok) lacking.push_back(why(c) + " (exited processes' allocations stay listed)");
+      if (!d.get(c).ok) lacking.push_back(why(c) + " (exits are noticed by a sweep each interval, not at once)");
     if (lacking.empty()) {
       out.push_back({n.name, "ok", ""});
       ok.push_back(n.name);

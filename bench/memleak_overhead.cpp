@@ -1,0 +1,142 @@
+// Per-iteration cost of `gpuscope memleak` against bare uprobe+uretprobe pairs on the same
+// sites: every allocation and free symbol memleak probes, entry and exit, attached the way
+// memleak attaches them (uprobe_multi where the kernel has it). Modes interleave round by
+// round (none, bare, memleak); the workload prints "ns_per_call=X" (one cudaMalloc and one
+// cudaFree per iteration, each reaching the driver); each figure is the median over rounds.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "bg_proc.h"
+#include "core/bpf.h"
+#include "core/elf_symbols.h"
+#include "core/system.h"
+#include "memleak/memleak.h"
+#include "memleak_bare.skel.h"
+#include "trace/trace.h"
+
+using namespace gpuscope;
+
+namespace {
+
+double ns_per_call(const std::string& workload) {
+  static const std::regex re(R"(ns_per_call=([0-9.]+))");
+  std::string out;
+  if (FILE* p = popen(workload.c_str(), "r")) {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  std::smatch m;
+  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
+  return std::stod(m[1]);
+}
+
+#define GS_ML_SITE_NAME(id, sym, role, layer, cat) #sym,
+constexpr const char* kSites[] = {GS_ML_SITES(GS_ML_SITE_NAME)};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpuscope memleak overhead against bare uprobe+uretprobe pairs on the same sites"};
+  std::string gpuscope, workload;
+  std::vector<std::string> libs;
+  int rounds = 5;
+  bool json_out = false;
+  app.add_option("--gpuscope", gpuscope, "gpuscope binary")->required();
+  app.add_option("--workload", workload, "Command that prints ns_per_call=X")->required();
+  app.add_option("--lib", libs, "Libraries whose allocation sites are probed")->required();
+  app.add_option("--rounds", rounds, "Rounds (median reported)");
+  app.add_flag("--json", json_out, "Print one JSON object");
+  CLI11_PARSE(app, argc, argv);
+  set_libbpf_verbose(false);
+  require_bpf_privileges();
+
+  memleak_bare_bpf* bare = nullptr;
+  bool multi = false;
+  for (bool m : {true, false}) {
+    bare = memleak_bare_bpf__open();
+    if (!bare) throw std::runtime_error("cannot open the bare programs");
+    if (m) prepare_uprobe_multi(bare->progs.bare_enter), prepare_uprobe_multi(bare->progs.bare_exit);
+    if (memleak_bare_bpf__load(bare) == 0) {
+      multi = m;
+      break;
+    }
+    memleak_bare_bpf__destroy(bare);
+    bare = nullptr;
+  }
+  if (!bare) throw std::runtime_error("cannot load the bare programs");
+  std::vector<UprobeMultiTarget> targets;
+  size_t nsites = 0;
+  for (auto& lib : libs) {
+    auto syms = ElfSymbols::read(lib);
+    UprobeMultiTarget t;
+    t.path = lib;
+    for (const char* name : kSites)
+      for (const char* suf : kApiVariantSuffixes)
+        if (auto* s = syms.find(std::string(name) + suf);
+            s && std::find(t.offsets.begin(), t.offsets.end(), s->file_offset) == t.offsets.end())
+          t.offsets.push_back(s->file_offset), t.cookies.push_back(0);
+    nsites += t.offsets.size();
+    targets.push_back(std::move(t));
+  }
+  const std::vector<std::string> modes{"none", "bare", "memleak"};
+  std::map<std::string, std::vector<double>> samples;
+  for (int r = 0; r < rounds; r++)
+    for (auto& m : modes) {
+      double v;
+      if (m == "none") {
+        v = ns_per_call(workload);
+      } else if (m == "bare") {
+        std::vector<Link> links;
+        std::string err;
+        for (auto& t : targets)
+          for (bool ret : {false, true}) {
+            bpf_program* prog = ret ? bare->progs.bare_exit : bare->progs.bare_enter;
+            t.retprobe = ret;
+            if (multi)
+              links.push_back(attach_uprobe_multi(prog, t, &err));
+            else
+              for (size_t i = 0; i < t.offsets.size(); i++)
+                links.push_back(attach_uprobe(prog, {t.path, t.offsets[i], -1, 0, ret}, &err));
+          }
+        if (!err.empty()) throw std::runtime_error("attach: " + err);
+        v = ns_per_call(workload);
+        destroy_links(links);
+      } else {
+        std::vector<std::string> a{gpuscope, "memleak", "--interval", "1"};
+        for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+        BgProc p(a, "gpuscope: tracking");
+        v = ns_per_call(workload);
+      }
+      samples[m].push_back(v);
+    }
+  std::map<std::string, double> med;
+  for (auto& [m, v] : samples) {
+    std::sort(v.begin(), v.end());
+    med[m] = v[v.size() / 2];
+  }
+  double added = (med["memleak"] - med["none"]) / (med["bare"] - med["none"]);
+  double total = med["memleak"] / med["bare"];
+  if (json_out) {
+    nlohmann::json j;
+    j["sites"] = nsites;
+    j["uprobe_multi"] = multi;
+    j["rounds"] = rounds;
+    for (auto& [m, v] : med) j["ns_per_call"][m] = v;
+    j["added_cost_ratio"] = added;
+    j["total_ratio"] = total;
+    printf("%s\n", j.dump().c_str());
+  } else {
+    printf("%zu allocation/free sites (entry+exit each, %s), median of %d rounds, ns per cudaMalloc+cudaFree:\n",
+           nsites, multi ? "uprobe_multi" : "perf-event uprobes", rounds);
+    for (auto& m : modes) printf("  %-8s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
+    printf("added cost, memleak / bare uprobe+uretprobe pairs:  %.3fx (goal <= 1.5)\n", added);
+    printf("per iteration, memleak / bare:                      %.3fx\n", total);
+  }
+  memleak_bare_bpf__destroy(bare);
+  return 0;
+}

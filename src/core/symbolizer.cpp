@@ -1,0 +1,247 @@
+#include "core/symbolizer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/demangle.h"
+#include "core/elf_symbols.h"
+#include "core/system.h"
+
+namespace gpuscope {
+
+using Clock = std::chrono::steady_clock;
+
+pid_t ns_pid(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (!line.starts_with("NSpid:")) continue;
+    std::istringstream in(line.substr(6));
+    pid_t v = 0, last = 0;
+    while (in >> v) last = v;
+    return last ? last : pid;
+  }
+  return pid;
+}
+
+// Function symbols of one file, by file offset (what a mapping's address turns into).
+struct Symbolizer::SymTable {
+  struct Sym {
+    uint64_t offset, size;
+    std::string name;
+  };
+  std::vector<Sym> syms;
+  const std::string* find(uint64_t off) const {
+    auto it = std::upper_bound(syms.begin(), syms.end(), off, [](uint64_t o, const Sym& s) { return o < s.offset; });
+    if (it == syms.begin()) return nullptr;
+    --it;
+    // A sized symbol must contain the address; an unsized one reaches to the next symbol.
+    if (it->size && off >= it->offset + it->size) return nullptr;
+    return &it->name;
+  }
+};
+
+struct Symbolizer::Process {
+  struct Mapping {
+    uint64_t start, end, pgoff;
+    std::string path, key;
+    std::shared_ptr<SymTable> table;
+    bool tried = false;
+  };
+  struct PerfSym {
+    uint64_t start, size;
+    std::string name;
+  };
+  std::vector<Mapping> maps;
+  Clock::time_point maps_at{};
+  std::string perf_map;  // path through /proc/PID/root
+  std::vector<PerfSym> perf;
+  struct timespec perf_mtime {};
+  off_t perf_size = -1;
+  Clock::time_point perf_at{};
+
+  void read_maps(pid_t pid) {
+    maps.clear();
+    maps_at = Clock::now();
+    FILE* f = fopen(fmt::format("/proc/{}/maps", pid).c_str(), "re");
+    if (!f) return;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+      uint64_t start, end, pgoff, inode;
+      char perms[8], dev[32];
+      int n = 0;
+      if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %31s %" SCNu64 " %n", &start, &end, perms, &pgoff,
+                 dev, &inode, &n) < 6)
+        continue;
+      if (perms[2] != 'x') continue;
+      std::string path = line + n;
+      while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+      Mapping m{start, end, pgoff, path, {}, nullptr, false};
+      // A file mapping has an inode; [vdso], JIT pages and [anon:...] do not.
+      if (inode && !path.empty() && path[0] == '/') m.key = fmt::format("{}:{}", dev, inode);
+      maps.push_back(std::move(m));
+    }
+    fclose(f);
+    std::sort(maps.begin(), maps.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
+  }
+
+  Mapping* find(uint64_t addr) {
+    auto it = std::upper_bound(maps.begin(), maps.end(), addr, [](uint64_t a, const Mapping& m) { return a < m.start; });
+    if (it == maps.begin()) return nullptr;
+    --it;
+    return addr < it->end ? &*it : nullptr;
+  }
+
+  // CPython's -X perf and JITs append to the map as they go: re-read it when it changed.
+  void refresh_perf_map() {
+    auto now = Clock::now();
+    if (perf_size >= 0 && now - perf_at < std::chrono::milliseconds(500)) return;
+    perf_at = now;
+    struct stat st;
+    if (stat(perf_map.c_str(), &st) != 0) {
+      perf.clear();
+      perf_size = 0;
+      return;
+    }
+    if (st.st_size == perf_size && st.st_mtim.tv_sec == perf_mtime.tv_sec &&
+        st.st_mtim.tv_nsec == perf_mtime.tv_nsec)
+      return;
+    perf_size = st.st_size;
+    perf_mtime = st.st_mtim;
+    perf.clear();
+    std::ifstream f(perf_map);
+    std::string line;
+    // "START SIZE NAME", hex numbers (perf's jit interface, tools/perf/Documentation/jit-interface.txt).
+    while (std::getline(f, line)) {
+      char* end = nullptr;
+      uint64_t start = strtoull(line.c_str(), &end, 16);
+      if (!end || *end != ' ') continue;
+      char* end2 = nullptr;
+      uint64_t size = strtoull(end + 1, &end2, 16);
+      if (!end2 || *end2 != ' ') continue;
+      perf.push_back({start, size, std::string(end2 + 1)});
+    }
+    std::stable_sort(perf.begin(), perf.end(), [](const PerfSym& a, const PerfSym& b) { return a.start < b.start; });
+  }
+
+  const std::string* perf_find(uint64_t addr) {
+    refresh_perf_map();
+    auto it = std::upper_bound(perf.begin(), perf.end(), addr, [](uint64_t a, const PerfSym& s) { return a < s.start; });
+    // Later entries for the same range win (a JIT may reuse memory): scan back over equal starts.
+    while (it != perf.begin()) {
+      --it;
+      if (addr < it->start + std::max<uint64_t>(it->size, 1)) return &it->name;
+      if (it == perf.begin() || std::prev(it)->start != it->start) break;
+    }
+    return nullptr;
+  }
+};
+
+Symbolizer::Symbolizer() = default;
+Symbolizer::~Symbolizer() = default;
+
+Symbolizer::Process& Symbolizer::process(pid_t pid) {
+  auto& p = procs_[pid];
+  if (!p) {
+    p = std::make_unique<Process>();
+    p->read_maps(pid);
+    p->perf_map = fmt::format("/proc/{}/root/tmp/perf-{}.map", pid, ns_pid(pid));
+  }
+  return *p;
+}
+
+std::shared_ptr<Symbolizer::SymTable> Symbolizer::table(pid_t pid, const std::string& path, const std::string& key) {
+  auto it = tables_.find(key);
+  if (it != tables_.end()) return it->second;
+  auto t = std::make_shared<SymTable>();
+  // Through the process's root first: a container's /usr/lib is not ours.
+  for (const std::string& p : {fmt::format("/proc/{}/root{}", pid, path), path}) {
+    try {
+      ElfSymbols e = ElfSymbols::read(p);
+      for (auto& [name, s] : e.all()) t->syms.push_back({s.file_offset, s.size, name.starts_with("_Z") ? demangle(name) : name});
+      break;
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(t->syms.begin(), t->syms.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
+  tables_.emplace(key, t);
+  return t;
+}
+
+static std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address) {
+  Process& p = process(pid);
+  uint64_t a = return_address && addr ? addr - 1 : addr;
+  Process::Mapping* m = p.find(a);
+  if (!m && Clock::now() - p.maps_at > std::chrono::seconds(1)) {
+    p.read_maps(pid);  // a library loaded since
+    m = p.find(a);
+  }
+  if (m && !m->key.empty()) {
+    if (!m->tried) {
+      m->tried = true;
+      m->table = table(pid, m->path, m->key);
+    }
+    uint64_t off = a - m->start + m->pgoff;
+    if (m->table)
+      if (const std::string* n = m->table->find(off)) return *n;
+    return fmt::format("{}+{:#x}", base_name(m->path), off);
+  }
+  if (const std::string* n = p.perf_find(a)) return *n;
+  if (m && !m->path.empty()) return fmt::format("{}+{:#x}", m->path, a - m->start);
+  return fmt::format("{:#x}", addr);
+}
+
+std::vector<std::string> Symbolizer::user_stack(pid_t pid, const uint64_t* ips, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n && ips[i]; i++) out.push_back(user(pid, ips[i], i > 0));
+  return out;
+}
+
+void Symbolizer::load_kallsyms() {
+  ksyms_loaded_ = true;
+  FILE* f = fopen("/proc/kallsyms", "re");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    uint64_t addr;
+    char type;
+    char name[256];
+    if (sscanf(line, "%" SCNx64 " %c %255s", &addr, &type, name) != 3 || !addr) continue;
+    if (type != 't' && type != 'T' && type != 'w' && type != 'W') continue;
+    ksyms_.emplace_back(addr, name);
+  }
+  fclose(f);
+  std::sort(ksyms_.begin(), ksyms_.end());
+}
+
+std::string Symbolizer::kernel(uint64_t addr) {
+  if (!ksyms_loaded_) load_kallsyms();
+  auto it = std::upper_bound(ksyms_.begin(), ksyms_.end(), addr,
+                             [](uint64_t a, const std::pair<uint64_t, std::string>& s) { return a < s.first; });
+  if (it == ksyms_.begin()) return fmt::format("{:#x}", addr);
+  return std::prev(it)->second;
+}
+
+std::vector<std::string> Symbolizer::kernel_stack(const uint64_t* ips, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n && ips[i]; i++) out.push_back(kernel(ips[i]));
+  return out;
+}
+
+void Symbolizer::forget(pid_t pid) { procs_.erase(pid); }
+
+}  // namespace gpuscope

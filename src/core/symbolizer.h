@@ -1,0 +1,50 @@
+#pragma once
+// Names addresses of user and kernel stacks, as BPF stack maps give them.
+// User: the ELF symbol of the mapped file (demangled C++), opened through /proc/PID/root so a
+// container's files are found; for code outside any file (a JIT, CPython's -X perf trampolines),
+// the process's perf map /tmp/perf-NSPID.map, read through /proc/PID/root under the pid the
+// process has in its own pid namespace. Kernel: /proc/kallsyms.
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gpuscope {
+
+class Symbolizer {
+ public:
+  Symbolizer();
+  ~Symbolizer();
+  // One frame of pid. `return_address`: the address follows a call (every frame but the first
+  // of a stack), so the call itself is looked up.
+  std::string user(pid_t pid, uint64_t addr, bool return_address = false);
+  // A stack as a BPF stack map stores it: innermost first, 0-terminated.
+  std::vector<std::string> user_stack(pid_t pid, const uint64_t* ips, size_t n);
+  std::string kernel(uint64_t addr);
+  std::vector<std::string> kernel_stack(const uint64_t* ips, size_t n);
+  // The process has exited: drop what was read for it.
+  void forget(pid_t pid);
+
+  struct SymTable;
+  struct Process;
+
+ private:
+  Process& process(pid_t pid);
+  std::shared_ptr<SymTable> table(pid_t pid, const std::string& path, const std::string& key);
+  void load_kallsyms();
+
+  std::unordered_map<pid_t, std::unique_ptr<Process>> procs_;
+  std::unordered_map<std::string, std::shared_ptr<SymTable>> tables_;  // by dev:inode (or path)
+  std::vector<std::pair<uint64_t, std::string>> ksyms_;
+  bool ksyms_loaded_ = false;
+};
+
+// The pid of a process in its own (innermost) pid namespace: the last NSpid field of
+// /proc/PID/status; pid itself when that is unreadable.
+pid_t ns_pid(pid_t pid);
+
+}  // namespace gpuscope

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope memleak: every live GPU allocation per process, kept here in bounded hash maps,
+ * so that nothing crosses to userspace per allocation or free. The ring buffer carries only
+ * process exits and execs (with the counters read just before they are deleted) and frees
+ * that freed nothing gpuscope knew. Userspace lists and deletes the allocations of a
+ * process that has gone. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "common/events.h"
+#include "memleak/memleak.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool filter_comm = false;
+const volatile char target_comm[GS_COMM_LEN] = {};
+const volatile bool capture_stacks = false;
+
+/* CLOCK_BOOTTIME when userspace last attached probes to a newly found object: a process
+ * that started before that may have allocated where gpuscope did not see it. */
+volatile __u64 watch_since_ns = 0;
+
+struct site_desc {
+	__u8 role, layer, category, pad;
+};
+
+#define GS_ML_SITE_DESC(id, sym, r, l, c) {.role = r, .layer = l, .category = c},
+static const struct site_desc sites[GS_ML_SITE_COUNT] = {GS_ML_SITES(GS_ML_SITE_DESC)};
+
+static __always_inline bool comm_matches(void)
+{
+	struct task_struct *task;
+	char comm[GS_COMM_LEN];
+	if (!filter_comm)
+		return true;
+	task = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
+	for (int i = 0; i < GS_COMM_LEN; i++) {
+		if (comm[i] != target_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+/* Per thread: the outermost probed call in flight. A runtime call that reaches the driver
+ * bumps depth at the driver probe and is handled once, when the runtime call returns. */
+struct thread_state {
+	__u64 arg[4];
+	__u32 depth;
+	__u32 site;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} ml_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_ML_MAX_ALLOCS);
+	__type(key, struct gs_ml_key);
+	__type(value, struct gs_ml_alloc);
+} ml_allocs SEC(".maps");
+
+/* Sized to GS_ML_MAX_ALLOCS by userspace with --stacks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct gs_ml_key);
+	__type(value, struct gs_ml_stack);
+} ml_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_ML_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct gs_ml_proc);
+} ml_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, GS_ML_MAX_FREED);
+	__type(key, struct gs_ml_key);
+	__type(value, struct gs_ml_freed);
+} ml_freed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_ML_MAX_ERRORS);
+	__type(key, struct gs_ml_err_key);
+	__type(value, struct gs_ml_err_val);
+} ml_errors SEC(".maps");
+
+/* Pids whose mappings changed (exec, dlopen): userspace rescans those. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} ml_maps_changed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} ml_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_ML_DROP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} ml_drops SEC(".maps");
+
+/* Scratch: too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gs_ml_stack);
+} ml_stack_buf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gs_ml_proc);
+} ml_proc_buf SEC(".maps");
+
+static __always_inline void count_drop(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&ml_drops, &why);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline struct gs_ml_proc *get_proc(__u32 pid)
+{
+	struct gs_ml_proc *p = bpf_map_lookup_elem(&ml_procs, &pid);
+	__u32 zero = 0;
+	if (p)
+		return p;
+	struct gs_ml_proc *np = bpf_map_lookup_elem(&ml_proc_buf, &zero);
+	if (!np)
+		return NULL;
+	__builtin_memset(np, 0, sizeof(*np));
+	np->gen_ns = bpf_ktime_get_boot_ns();
+	if (bpf_map_update_elem(&ml_procs, &pid, np, BPF_NOEXIST) != 0) {
+		p = bpf_map_lookup_elem(&ml_procs, &pid); /* another thread made it first */
+		if (!p)
+			count_drop(GS_ML_DROP_PROCS_FULL);
+		return p;
+	}
+	return bpf_map_lookup_elem(&ml_procs, &pid);
+}
+
+static __always_inline void count_error(struct gs_ml_proc *p, __u32 pid, __u8 op, __u8 layer, __s32 code)
+{
+	struct gs_ml_err_key k = {.pid = pid, .op = op, .layer = layer, .code = code};
+	struct gs_ml_err_val *v = bpf_map_lookup_elem(&ml_errors, &k);
+	if (v && v->gen_ns == p->gen_ns) {
+		__sync_fetch_and_add(&v->count, 1);
+		return;
+	}
+	struct gs_ml_err_val nv = {.count = 1, .gen_ns = p->gen_ns};
+	if (bpf_map_update_elem(&ml_errors, &k, &nv, v ? BPF_EXIST : BPF_NOEXIST) != 0) {
+		v = bpf_map_lookup_elem(&ml_errors, &k);
+		if (v)
+			__sync_fetch_and_add(&v->count, 1);
+		else
+			count_drop(GS_ML_DROP_ERRORS_FULL);
+	}
+}
+
+static __always_inline void account(struct gs_ml_proc *p, __u8 category, __s64 bytes, __s64 allocs)
+{
+	if (category == GS_ML_PINNED) {
+		__sync_fetch_and_add(&p->pinned_bytes, bytes);
+		__sync_fetch_and_add(&p->pinned_allocs, allocs);
+	} else {
+		__sync_fetch_and_add(&p->outstanding_bytes, bytes);
+		__sync_fetch_and_add(&p->outstanding_allocs, allocs);
+	}
+}
+
+static __always_inline void emit_free(__u32 type, __u32 pid, __u64 addr, __s32 ret, __u32 site, __u8 reason,
+				      __u8 layer)
+{
+	struct gs_ml_event *e = bpf_ringbuf_reserve(&ml_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_ML_DROP_EVENTS);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = type;
+	e->pid = pid;
+	e->ts_boot_ns = bpf_ktime_get_boot_ns();
+	e->addr = addr;
+	e->ret = ret;
+	e->site = site;
+	e->reason = reason;
+	e->layer = layer;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO(&e->comm, t, group_leader, comm); /* the process may be gone when it is read */
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void save_stack(struct pt_regs *ctx, struct gs_ml_key *k)
+{
+	__u32 zero = 0;
+	struct gs_ml_stack *s = bpf_map_lookup_elem(&ml_stack_buf, &zero);
+	if (!s)
+		return;
+	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
+	if (n <= 0) {
+		count_drop(GS_ML_DROP_STACKS);
+		return;
+	}
+	__u64 i = (__u64)n / 8;
+	if (i < GS_ML_STACK_DEPTH)
+		s->ips[i] = 0;
+	if (bpf_map_update_elem(&ml_stacks, k, s, BPF_ANY) != 0)
+		count_drop(GS_ML_DROP_STACKS);
+}
+
+/* Records a new allocation (or VMM handle); a stale entry from a missed free is replaced. */
+static __always_inline void record(struct pt_regs *ctx, struct gs_ml_proc *p, struct gs_ml_key *k,
+				   struct gs_ml_alloc *a)
+{
+	if (bpf_map_update_elem(&ml_allocs, k, a, BPF_NOEXIST) != 0) {
+		struct gs_ml_alloc *old = bpf_map_lookup_elem(&ml_allocs, k);
+		if (!old) {
+			__sync_fetch_and_add(&p->allocs_untracked, 1);
+			count_drop(GS_ML_DROP_ALLOCS_FULL);
+			return;
+		}
+		if (old->gen_ns == p->gen_ns)
+			account(p, old->category, -(__s64)old->size_bytes, -1);
+		if (bpf_map_update_elem(&ml_allocs, k, a, BPF_ANY) != 0) {
+			__sync_fetch_and_add(&p->allocs_untracked, 1);
+			return;
+		}
+	}
+	account(p, a->category, a->size_bytes, 1);
+	if (capture_stacks)
+		save_stack(ctx, k);
+}
+
+static __always_inline void forget(struct gs_ml_proc *p, struct gs_ml_key *k, struct gs_ml_alloc *a)
+{
+	/* Deleting decides: of two threads freeing the same address, one accounts for it. */
+	__u64 size = a->size_bytes;
+	__u8 cat = a->category;
+	if (bpf_map_delete_elem(&ml_allocs, k) != 0)
+		return;
+	account(p, cat, -(__s64)size, -1);
+	if (capture_stacks)
+		bpf_map_delete_elem(&ml_stacks, k);
+	struct gs_ml_freed f = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .gen_ns = p->gen_ns};
+	bpf_map_update_elem(&ml_freed, k, &f, BPF_ANY);
+}
+
+static __always_inline bool started_before_watch(void)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(t, group_leader, start_boottime) < watch_since_ns;
+}
+
+static __always_inline void on_free(struct gs_ml_proc *p, __u32 pid, __u32 site, __u8 layer, __u32 space,
+				    __u64 ptr, __s32 ret)
+{
+	struct gs_ml_key k = {.pid = pid, .space = space, .addr = ptr};
+	struct gs_ml_alloc *a = bpf_map_lookup_elem(&ml_allocs, &k);
+	if (a && a->gen_ns != p->gen_ns)
+		a = NULL; /* left by an earlier life of this pid, not yet cleaned up */
+	bool freed_before = false;
+	if (!a) {
+		struct gs_ml_freed *f = bpf_map_lookup_elem(&ml_freed, &k);
+		freed_before = f && f->gen_ns == p->gen_ns;
+	}
+	if (ret != 0) {
+		__sync_fetch_and_add(&p->frees_failed, 1);
+		count_error(p, pid, GS_ML_OP_FREE, layer, ret);
+		if (freed_before)
+			__sync_fetch_and_add(&p->double_frees, 1);
+		emit_free(GS_ML_EV_BAD_FREE, pid, ptr, ret, site, freed_before ? GS_ML_R_DOUBLE_FREE : GS_ML_R_ERROR,
+			  layer);
+		return;
+	}
+	if (a && space == GS_ML_SPACE_HANDLE && a->vmm_released) {
+		a = NULL; /* released before and still mapped: a second release */
+		freed_before = true;
+	}
+	if (a) {
+		__sync_fetch_and_add(&p->frees_ok, 1);
+		if (space == GS_ML_SPACE_HANDLE) {
+			/* The memory stays held while the handle is mapped. */
+			a->vmm_released = 1;
+			if (a->vmm_mappings > 0)
+				return;
+		}
+		forget(p, &k, a);
+		return;
+	}
+	if (freed_before) {
+		__sync_fetch_and_add(&p->bad_frees, 1);
+		__sync_fetch_and_add(&p->double_frees, 1);
+		emit_free(GS_ML_EV_BAD_FREE, pid, ptr, ret, site, GS_ML_R_DOUBLE_FREE, layer);
+	} else if (p->allocs_untracked > 0 || started_before_watch()) {
+		__sync_fetch_and_add(&p->frees_untracked, 1);
+		emit_free(GS_ML_EV_UNTRACKED_FREE, pid, ptr, ret, site, GS_ML_R_NONE, layer);
+	} else {
+		__sync_fetch_and_add(&p->bad_frees, 1);
+		emit_free(GS_ML_EV_BAD_FREE, pid, ptr, ret, site, GS_ML_R_UNKNOWN_ADDRESS, layer);
+	}
+}
+
+static __always_inline void on_unmap(struct gs_ml_proc *p, __u32 pid, __u64 va, __u64 size)
+{
+	__u64 end = va + size;
+	for (int i = 0; i < GS_ML_UNMAP_SPAN && va < end; i++) {
+		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = va};
+		struct gs_ml_alloc *m = bpf_map_lookup_elem(&ml_allocs, &mk);
+		if (!m)
+			return;
+		__u64 handle = m->handle, msize = m->size_bytes;
+		if (bpf_map_delete_elem(&ml_allocs, &mk) != 0)
+			return;
+		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = handle};
+		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
+		if (h && h->gen_ns == p->gen_ns) {
+			if (h->vmm_mappings > 0)
+				__sync_fetch_and_add(&h->vmm_mappings, -1);
+			if (h->vmm_released && h->vmm_mappings == 0)
+				forget(p, &hk, h);
+		}
+		if (!msize)
+			return;
+		va += msize;
+	}
+}
+
+SEC("uprobe")
+int ml_enter(struct pt_regs *ctx)
+{
+	__u64 site = bpf_get_attach_cookie(ctx);
+	if (site >= GS_ML_SITE_COUNT || !comm_matches())
+		return 0;
+	struct thread_state *st =
+		bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count_drop(GS_ML_DROP_NO_STATE);
+		return 0;
+	}
+	if (st->depth++ > 0)
+		return 0;
+	st->site = site;
+	st->arg[0] = ctx->di;
+	st->arg[1] = ctx->si;
+	st->arg[2] = ctx->dx;
+	st->arg[3] = ctx->cx;
+	return 0;
+}
+
+SEC("uretprobe")
+int ml_exit(struct pt_regs *ctx)
+{
+	struct thread_state *st = bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, 0);
+	if (!st || st->depth == 0)
+		return 0;
+	if (--st->depth > 0)
+		return 0;
+	__u32 site = st->site;
+	if (site >= GS_ML_SITE_COUNT)
+		return 0;
+	const struct site_desc *d = &sites[site];
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__s32 ret = (__s32)PT_REGS_RC(ctx);
+	struct gs_ml_proc *p = get_proc(pid);
+	if (!p)
+		return 0;
+
+	switch (d->role) {
+	case GS_ML_ALLOC:
+	case GS_ML_ALLOC_PITCH:
+	case GS_ML_VMM_CREATE: {
+		if (ret != 0) {
+			__sync_fetch_and_add(&p->allocs_failed, 1);
+			count_error(p, pid, GS_ML_OP_ALLOC, d->layer, ret);
+			return 0;
+		}
+		__sync_fetch_and_add(&p->allocs_ok, 1);
+		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .gen_ns = p->gen_ns, .site = site,
+					.category = d->category, .layer = d->layer, .device = -1};
+		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR};
+		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
+		a.size_bytes = st->arg[1];
+		if (d->role == GS_ML_ALLOC_PITCH) {
+			__u64 pitch = 0;
+			bpf_probe_read_user(&pitch, sizeof(pitch), (void *)st->arg[1]);
+			a.size_bytes = pitch * st->arg[3];
+		} else if (d->role == GS_ML_VMM_CREATE) {
+			__s32 loc[2] = {};
+			k.space = GS_ML_SPACE_HANDLE;
+			if (bpf_probe_read_user(loc, sizeof(loc), (void *)(st->arg[2] + GS_ML_PROP_LOCATION_TYPE_OFF)) == 0 &&
+			    loc[0] == GS_ML_LOCATION_DEVICE)
+				a.device = loc[1];
+		}
+		record(ctx, p, &k, &a);
+		return 0;
+	}
+	case GS_ML_FREE:
+		if (st->arg[0] == 0 && ret == 0)
+			return 0; /* freeing NULL is a no-op (and cudaFree(0) the usual way to make a context) */
+		on_free(p, pid, site, d->layer, GS_ML_SPACE_ADDR, st->arg[0], ret);
+		return 0;
+	case GS_ML_VMM_RELEASE:
+		on_free(p, pid, site, d->layer, GS_ML_SPACE_HANDLE, st->arg[0], ret);
+		return 0;
+	case GS_ML_VMM_MAP: {
+		if (ret != 0)
+			return 0;
+		/* cuMemMap(ptr, size, offset, handle, flags) */
+		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0]};
+		struct gs_ml_alloc m = {.size_bytes = st->arg[1], .ts_boot_ns = bpf_ktime_get_boot_ns(),
+					.gen_ns = p->gen_ns, .handle = st->arg[3], .site = site,
+					.category = GS_ML_VMM, .layer = d->layer, .device = -1};
+		if (bpf_map_update_elem(&ml_allocs, &mk, &m, BPF_ANY) != 0) {
+			count_drop(GS_ML_DROP_ALLOCS_FULL);
+			return 0;
+		}
+		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = st->arg[3]};
+		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
+		if (h && h->gen_ns == p->gen_ns)
+			__sync_fetch_and_add(&h->vmm_mappings, 1);
+		return 0;
+	}
+	case GS_ML_VMM_UNMAP:
+		if (ret == 0)
+			on_unmap(p, pid, st->arg[0], st->arg[1]);
+		return 0;
+	}
+	return 0;
+}
+
+/* Hands the process's counters to userspace and drops its entry; the allocations stay
+ * for userspace to list and delete. If the ring buffer is full the entry stays, and
+ * userspace's sweep finds the process gone. */
+static __always_inline int report_proc(struct task_struct *task, __u32 pid, __u32 type)
+{
+	struct gs_ml_proc *p = bpf_map_lookup_elem(&ml_procs, &pid);
+	if (!p)
+		return 0;
+	struct gs_ml_event *e = bpf_ringbuf_reserve(&ml_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_ML_DROP_EVENTS);
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = type;
+	e->pid = pid;
+	e->ts_boot_ns = bpf_ktime_get_boot_ns();
+	__builtin_memcpy(&e->counters, p, sizeof(e->counters));
+	BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
+	if (bpf_map_delete_elem(&ml_procs, &pid) != 0) {
+		bpf_ringbuf_discard(e, 0); /* the other exiting thread reports it */
+		return 0;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* A process exits when its last thread does (signal->live has dropped to zero by now). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(ml_proc_exit, struct task_struct *task)
+{
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&ml_maps_changed, &pid);
+	return report_proc(task, pid, GS_ML_EV_EXIT);
+}
+
+/* An exec drops the old image's contexts and memory: its state ends here. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(ml_proc_exec, struct task_struct *task)
+{
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	__u8 one = 1;
+	bpf_map_update_elem(&ml_maps_changed, &pid, &one, BPF_ANY);
+	return report_proc(task, pid, GS_ML_EV_EXEC);
+}
+
+/* The dynamic linker calls _dl_debug_state around every dlopen and dlclose. */
+SEC("uprobe")
+int ml_dl_change(struct pt_regs *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u8 one = 1;
+	bpf_map_update_elem(&ml_maps_changed, &pid, &one, BPF_ANY);
+	return 0;
+}

@@ -1,0 +1,179 @@
+/* gpuscope memleak: map and event layouts shared by memleak.bpf.c and userspace.
+ * Every per-process map key starts with the pid (tgid, host namespace) as a __u32, so a
+ * reader can tell which entries belong to which process without knowing the map. */
+#ifndef GPUSCOPE_MEMLEAK_H
+#define GPUSCOPE_MEMLEAK_H
+#ifdef __cplusplus
+#include <linux/types.h>
+#endif
+
+#define GS_ML_MAX_ALLOCS 131072 /* live allocations, VMM handles and mappings, all processes */
+#define GS_ML_MAX_PROCS 8192
+#define GS_ML_MAX_FREED 16384   /* recently freed addresses (LRU), for double frees */
+#define GS_ML_STACK_DEPTH 32
+#define GS_ML_MAX_ERRORS 4096   /* distinct (process, op, layer, error) failure counters */
+#define GS_ML_UNMAP_SPAN 8      /* mappings one cuMemUnmap can take down */
+
+/* CUmemAllocationProp (cuda.h): location.type at 8, location.id at 12; checked against
+ * cuda.h by the integration test's fixture build. CU_MEM_LOCATION_TYPE_DEVICE is 1. */
+#define GS_ML_PROP_LOCATION_TYPE_OFF 8
+#define GS_ML_PROP_LOCATION_ID_OFF 12
+#define GS_ML_LOCATION_DEVICE 1
+
+enum gs_ml_role {
+	GS_ML_ALLOC,        /* (T **out, size_t size, ...) */
+	GS_ML_ALLOC_PITCH,  /* (T **out, size_t *pitch, size_t width, size_t height, ...) */
+	GS_ML_FREE,         /* (T *ptr, ...) */
+	GS_ML_VMM_CREATE,   /* cuMemCreate(handle *out, size_t size, const prop *, flags) */
+	GS_ML_VMM_RELEASE,  /* cuMemRelease(handle) */
+	GS_ML_VMM_MAP,      /* cuMemMap(ptr, size, offset, handle, flags) */
+	GS_ML_VMM_UNMAP,    /* cuMemUnmap(ptr, size) */
+};
+
+enum gs_ml_category { GS_ML_DEVICE, GS_ML_MANAGED, GS_ML_PINNED, GS_ML_VMM };
+enum gs_ml_layer { GS_ML_RUNTIME, GS_ML_DRIVER };
+
+/* X(id, symbol, role, layer, category). The attach cookie is the row. */
+#define GS_ML_SITES(X)                                                        \
+	X(CUDA_MALLOC, cudaMalloc, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE)          \
+	X(CUDA_MALLOC_MANAGED, cudaMallocManaged, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_MANAGED) \
+	X(CUDA_MALLOC_ASYNC, cudaMallocAsync, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE) \
+	X(CUDA_MALLOC_FROM_POOL_ASYNC, cudaMallocFromPoolAsync, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE) \
+	X(CUDA_MALLOC_PITCH, cudaMallocPitch, GS_ML_ALLOC_PITCH, GS_ML_RUNTIME, GS_ML_DEVICE) \
+	X(CUDA_MALLOC_HOST, cudaMallocHost, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_PINNED)   \
+	X(CUDA_HOST_ALLOC, cudaHostAlloc, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_PINNED)     \
+	X(CUDA_FREE, cudaFree, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_DEVICE)                 \
+	X(CUDA_FREE_ASYNC, cudaFreeAsync, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_DEVICE)      \
+	X(CUDA_FREE_HOST, cudaFreeHost, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_PINNED)        \
+	X(CU_MEM_ALLOC, cuMemAlloc_v2, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE)         \
+	X(CU_MEM_ALLOC_MANAGED, cuMemAllocManaged, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_MANAGED) \
+	X(CU_MEM_ALLOC_PITCH, cuMemAllocPitch_v2, GS_ML_ALLOC_PITCH, GS_ML_DRIVER, GS_ML_DEVICE) \
+	X(CU_MEM_ALLOC_ASYNC, cuMemAllocAsync, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE) \
+	X(CU_MEM_ALLOC_FROM_POOL_ASYNC, cuMemAllocFromPoolAsync, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE) \
+	X(CU_MEM_HOST_ALLOC, cuMemHostAlloc, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_PINNED)   \
+	X(CU_MEM_ALLOC_HOST, cuMemAllocHost_v2, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_PINNED) \
+	X(CU_MEM_FREE, cuMemFree_v2, GS_ML_FREE, GS_ML_DRIVER, GS_ML_DEVICE)            \
+	X(CU_MEM_FREE_ASYNC, cuMemFreeAsync, GS_ML_FREE, GS_ML_DRIVER, GS_ML_DEVICE)    \
+	X(CU_MEM_FREE_HOST, cuMemFreeHost, GS_ML_FREE, GS_ML_DRIVER, GS_ML_PINNED)      \
+	X(CU_MEM_CREATE, cuMemCreate, GS_ML_VMM_CREATE, GS_ML_DRIVER, GS_ML_VMM)        \
+	X(CU_MEM_RELEASE, cuMemRelease, GS_ML_VMM_RELEASE, GS_ML_DRIVER, GS_ML_VMM)     \
+	X(CU_MEM_MAP, cuMemMap, GS_ML_VMM_MAP, GS_ML_DRIVER, GS_ML_VMM)                 \
+	X(CU_MEM_UNMAP, cuMemUnmap, GS_ML_VMM_UNMAP, GS_ML_DRIVER, GS_ML_VMM)
+
+#define GS_ML_SITE_ENUM(id, sym, role, layer, cat) GS_ML_##id,
+enum gs_ml_site { GS_ML_SITES(GS_ML_SITE_ENUM) GS_ML_SITE_COUNT };
+#undef GS_ML_SITE_ENUM
+
+/* What a key's address names: a device or pinned pointer, a VMM physical handle, or the
+ * virtual address a handle is mapped at. Frees of one kind never match another. */
+enum gs_ml_space { GS_ML_SPACE_ADDR, GS_ML_SPACE_HANDLE, GS_ML_SPACE_MAPPING };
+
+struct gs_ml_key {
+	__u32 pid;
+	__u32 space; /* enum gs_ml_space */
+	__u64 addr;
+};
+
+/* One live allocation (space ADDR), VMM handle (HANDLE) or VMM mapping (MAPPING). */
+struct gs_ml_alloc {
+	__u64 size_bytes;
+	__u64 ts_boot_ns; /* CLOCK_BOOTTIME when the allocating call returned */
+	__u64 gen_ns;     /* gs_ml_proc.gen_ns of the owning process */
+	__u64 handle;     /* MAPPING: the physical handle mapped there */
+	__u16 site;       /* enum gs_ml_site */
+	__u8 category;    /* enum gs_ml_category */
+	__u8 layer;       /* enum gs_ml_layer */
+	__s32 device;     /* CUDA ordinal, -1 when not known */
+	__u32 vmm_mappings; /* HANDLE: live mappings of it */
+	__u32 vmm_released; /* HANDLE: cuMemRelease has returned success */
+};
+
+struct gs_ml_stack {
+	__u64 ips[GS_ML_STACK_DEPTH]; /* user return addresses, innermost first; 0 ends */
+};
+
+/* A recently freed address (LRU), remembered to recognise a second free of it. */
+struct gs_ml_freed {
+	__u64 ts_boot_ns;
+	__u64 gen_ns;
+};
+
+enum gs_ml_op { GS_ML_OP_ALLOC = 1, GS_ML_OP_FREE = 2 };
+
+/* Failed calls by error code: the summary names them. */
+struct gs_ml_err_key {
+	__u32 pid;
+	__u8 op;    /* enum gs_ml_op */
+	__u8 layer; /* enum gs_ml_layer: the code is a cudaError_t or a CUresult */
+	__u16 pad;
+	__s32 code;
+	__u32 pad2;
+};
+
+struct gs_ml_err_val {
+	__u64 count;
+	__u64 gen_ns;
+};
+
+/* Per-process counters, updated atomically by the probes. */
+struct gs_ml_proc {
+	__u64 gen_ns;             /* CLOCK_BOOTTIME when the entry was made: one life of the pid */
+	__u64 outstanding_bytes;  /* device memory: device, managed and VMM */
+	__u64 outstanding_allocs;
+	__u64 pinned_bytes;       /* pinned host memory */
+	__u64 pinned_allocs;
+	__u64 allocs_ok;
+	__u64 allocs_failed;
+	__u64 allocs_untracked;   /* succeeded but not recorded: allocation map full */
+	__u64 frees_ok;           /* succeeded and released an allocation gpuscope saw */
+	__u64 frees_failed;       /* returned an error */
+	__u64 frees_untracked;    /* succeeded on an address allocated before gpuscope watched */
+	__u64 bad_frees;          /* succeeded on an address freed before or never allocated */
+	__u64 double_frees;       /* of bad_frees and frees_failed: the address was freed before */
+};
+
+enum gs_ml_event_type { GS_ML_EV_EXIT, GS_ML_EV_EXEC, GS_ML_EV_BAD_FREE, GS_ML_EV_UNTRACKED_FREE };
+enum gs_ml_reason { GS_ML_R_NONE, GS_ML_R_DOUBLE_FREE, GS_ML_R_ERROR, GS_ML_R_UNKNOWN_ADDRESS };
+
+struct gs_ml_event {
+	__u32 type;       /* enum gs_ml_event_type */
+	__u32 pid;
+	__u64 ts_boot_ns;
+	__u64 addr;       /* frees: the pointer or handle freed */
+	__s32 ret;        /* frees: cudaError_t / CUresult */
+	__u16 site;
+	__u8 reason;      /* enum gs_ml_reason */
+	__u8 layer;       /* frees: enum gs_ml_layer, which says how to name ret */
+	char comm[16];    /* the process name, which /proc may no longer have */
+	struct gs_ml_proc counters; /* EXIT/EXEC: read just before the entry was deleted */
+};
+
+/* Why something was not recorded; index into the per-CPU drop counters. */
+enum gs_ml_drop {
+	GS_ML_DROP_NO_STATE,    /* no task storage for the calling thread */
+	GS_ML_DROP_ALLOCS_FULL, /* allocation map full: counted in allocs_untracked */
+	GS_ML_DROP_PROCS_FULL,  /* process map full: the process is not tracked */
+	GS_ML_DROP_EVENTS,      /* ring buffer full */
+	GS_ML_DROP_STACKS,      /* stack map full or stack unreadable */
+	GS_ML_DROP_ERRORS_FULL, /* error-code map full: the failure is counted, its code is not */
+	GS_ML_DROP_COUNT
+};
+
+#ifdef __cplusplus
+#include <cstddef>
+static_assert(sizeof(gs_ml_key) == 16);
+static_assert(sizeof(gs_ml_alloc) == 48);
+static_assert(offsetof(gs_ml_alloc, site) == 32);
+static_assert(offsetof(gs_ml_alloc, device) == 36);
+static_assert(sizeof(gs_ml_stack) == 8 * GS_ML_STACK_DEPTH);
+static_assert(sizeof(gs_ml_freed) == 16);
+static_assert(sizeof(gs_ml_err_key) == 16);
+static_assert(offsetof(gs_ml_err_key, code) == 8);
+static_assert(sizeof(gs_ml_err_val) == 16);
+static_assert(sizeof(gs_ml_proc) == 13 * 8);
+static_assert(offsetof(gs_ml_event, comm) == 32);
+static_assert(offsetof(gs_ml_event, counters) == 48);
+static_assert(sizeof(gs_ml_event) == 48 + sizeof(gs_ml_proc));
+#endif
+
+#endif

@@ -1,0 +1,610 @@
+#include <bpf/bpf.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "bridge/bridge_maps.h"
+#include "core/bpf.h"
+#include "core/clock.h"
+#include "core/output.h"
+#include "core/symbolizer.h"
+#include "core/system.h"
+#include "starvation.skel.h"
+#include "starvation/flamegraph.h"
+#include "starvation/starvation.h"
+#include "starvation/starvation_cmd.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct SkelDeleter {
+  void operator()(starvation_bpf* s) const { starvation_bpf__destroy(s); }
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+constexpr const char* kPins[4] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
+constexpr bpf_map_type kPinTypes[4] = {BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_LRU_HASH,
+                                       BPF_MAP_TYPE_LRU_HASH};
+constexpr uint32_t kPinKeys[4] = {4, 4, 4, 8};
+constexpr uint32_t kPinValues[4] = {sizeof(gpu_meta), sizeof(gpu_device_metrics), sizeof(gpu_pid),
+                                    sizeof(gpu_pid_device)};
+
+// The bridge's four pins, opened together; `ok` when all are there with the contract's layout.
+struct Pins {
+  Fd fds[4];
+  uint32_t ids[4] = {};
+  bool ok = false;
+  bool same(const Pins& o) const { return ok == o.ok && std::equal(ids, ids + 4, o.ids); }
+};
+
+enum class Bridge { None, Stale, Fresh };
+
+struct BridgeView {
+  Bridge state = Bridge::None;
+  gpu_meta meta{};
+  uint64_t age_ms = 0;
+};
+
+// kill(pid, 0) alone calls an unreaped zombie alive.
+bool process_alive(uint32_t pid) {
+  if (pid == 0 || (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto p = stat.rfind(')');
+  return p == std::string::npos || p + 2 >= stat.size() || (stat[p + 2] != 'Z' && stat[p + 2] != 'X');
+}
+
+// A container id from the process's cgroup paths, as the common runtimes name them
+// (docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, /docker/<id>,
+// kubepods .../<id>); "" for a process on the host.
+std::string container_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(f, line)) {
+    auto colon = line.find(':', line.find(':') + 1);
+    if (colon == std::string::npos) continue;
+    std::string path = line.substr(colon + 1);
+    size_t pos = 0;
+    while (pos < path.size()) {
+      size_t slash = path.find('/', pos);
+      if (slash == std::string::npos) slash = path.size();
+      std::string_view seg(path.data() + pos, slash - pos);
+      pos = slash + 1;
+      if (seg.ends_with(".scope")) seg.remove_suffix(6);
+      for (std::string_view pre : {"docker-", "cri-containerd-", "crio-", "libpod-"})
+        if (seg.starts_with(pre)) seg.remove_prefix(pre.size());
+      if (seg.size() >= 32 && std::all_of(seg.begin(), seg.end(), [](char c) { return isxdigit(static_cast<unsigned char>(c)); }))
+        return std::string(seg.substr(0, 12));
+    }
+  }
+  return "";
+}
+
+std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+class Starvation {
+ public:
+  explicit Starvation(const StarvationOptions& o)
+      : o_(o), dir_(o.pin_dir.empty() ? "/sys/fs/bpf" : o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
+  int run();
+
+ private:
+  Pins open_pins() const;
+  BridgeView view(const Pins& p) const;
+  void check_poll_interval(const gpu_meta& m) const;
+  void load(Pins pins);
+  void unload();
+  void attach_samplers();
+  void watch_bridge();
+  void refresh_tgids();
+  void say(const BridgeView& v);
+  void report();
+  const std::vector<std::string>& ustack(uint32_t pid, int id);
+  const std::vector<std::string>& kstack(int id);
+  std::vector<std::string> folded_frames(const gs_s_sample_key& k, const std::string& comm, const std::string& thread);
+  bool wanted(uint32_t pid, const std::string& comm) const;
+  void prune(const std::set<uint32_t>& seen_tids);
+
+  const StarvationOptions& o_;
+  std::string dir_;
+  uint64_t period_ns_;
+  bool stacks_ = false;   // rows carry stacks
+  std::unique_ptr<starvation_bpf, SkelDeleter> skel_;
+  std::vector<Link> links_;
+  Pins pins_;
+  Bridge state_ = Bridge::None;
+
+  struct Snap {
+    uint32_t pid = 0;
+    uint64_t cpu_time_ns = 0, hit_count = 0, samples = 0;
+  };
+  std::unordered_map<uint32_t, Snap> snaps_;  // by tid
+  struct KeyHash {
+    size_t operator()(const gs_s_sample_key& k) const {
+      return std::hash<uint64_t>()((uint64_t{k.tid} << 32) ^ static_cast<uint32_t>(k.ustack_id) ^
+                                   (uint64_t(static_cast<uint32_t>(k.kstack_id)) << 16));
+    }
+  };
+  struct KeyEq {
+    bool operator()(const gs_s_sample_key& a, const gs_s_sample_key& b) const { return !memcmp(&a, &b, sizeof a); }
+  };
+  std::unordered_map<gs_s_sample_key, uint64_t, KeyHash, KeyEq> sample_snaps_;
+  std::map<std::pair<uint32_t, int>, std::vector<std::string>> ustacks_;
+  std::map<int, std::vector<std::string>> kstacks_;
+  std::unordered_map<uint32_t, std::string> containers_;
+  Symbolizer sym_;
+  Folded folded_;
+  uint64_t folded_samples_ = 0;
+  uint64_t rows_ = 0;
+  ProcessNames names_;
+  bool header_done_ = false;
+  Writer out_;
+};
+
+Pins Starvation::open_pins() const {
+  Pins p;
+  p.ok = true;
+  for (int i = 0; i < 4; i++) {
+    p.fds[i] = Fd(bpf_obj_get((dir_ + "/" + kPins[i]).c_str()));
+    bpf_map_info info{};
+    uint32_t len = sizeof info;
+    if (!p.fds[i] || bpf_obj_get_info_by_fd(p.fds[i].get(), &info, &len) != 0 ||
+        info.type != static_cast<uint32_t>(kPinTypes[i]) || info.key_size != kPinKeys[i] ||
+        info.value_size != kPinValues[i] || (i == 1 && info.max_entries < GPU_MAX_DEVICES)) {
+      p.ok = false;
+      continue;
+    }
+    p.ids[i] = info.id;
+  }
+  if (!p.ok) std::fill(p.ids, p.ids + 4, 0u);
+  return p;
+}
+
+BridgeView Starvation::view(const Pins& p) const {
+  BridgeView v;
+  uint32_t zero = 0;
+  if (!p.ok || bpf_map_lookup_elem(p.fds[0].get(), &zero, &v.meta) != 0 || !v.meta.last_update_boottime_ns)
+    return v;
+  uint64_t now = boottime_ns();
+  v.age_ms = now > v.meta.last_update_boottime_ns ? (now - v.meta.last_update_boottime_ns) / 1000000 : 0;
+  v.state = v.age_ms > o_.stale_threshold_ms ? Bridge::Stale : Bridge::Fresh;
+  return v;
+}
+
+void Starvation::check_poll_interval(const gpu_meta& m) const {
+  // Inspektor Gadget's bridge leaves the field 0; the contract's default interval is 100 ms.
+  uint64_t poll = m.poll_interval_ms ? m.poll_interval_ms : 100;
+  if (o_.min_idle_ms < 2 * poll)
+    throw UsageError(fmt::format("--min-idle-ms {} is below 2x the bridge's poll interval ({} ms): an idle spell "
+                                 "shorter than two polls is not seen; use --min-idle-ms {} or more",
+                                 o_.min_idle_ms, poll, 2 * poll));
+}
+
+void Starvation::load(Pins pins) {
+  skel_.reset(starvation_bpf__open());
+  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+  auto* ro = skel_->rodata;
+  ro->min_gpu_mem_bytes = o_.min_gpu_mem_bytes;
+  ro->min_idle_ns = o_.min_idle_ms * 1000000ull;
+  ro->stale_ns = o_.stale_threshold_ms * 1000000ull;
+  ro->switch_ustack = o_.collect_ustack;
+  ro->switch_kstack = o_.collect_kstack;
+  ro->sample_ustack = o_.collect_ustack || !o_.folded.empty() || !o_.svg.empty();
+  ro->sample_kstack = o_.collect_kstack;
+  if (pins.ok) {
+    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid,
+                        skel_->maps.gpu_pid_dev};
+    for (int i = 0; i < 4; i++)
+      if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
+        throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, kPins[i], strerror(-err)));
+  }
+  if (int err = starvation_bpf__load(skel_.get()))
+    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                     " (needs BTF, tp_btf and task storage; try 'gpuscope doctor')");
+  // Idle is counted from now at most: what the GPU did before we looked is unknown.
+  uint64_t now = boottime_ns();
+  for (auto& t : skel_->bss->last_active_ns) t = now;
+  refresh_tgids();
+  bpf_link* l = bpf_program__attach(skel_->progs.gs_s_switch);
+  if (!l) throw UsageError(std::string("cannot attach tp_btf/sched_switch: ") + strerror(errno));
+  links_.emplace_back(l);
+  attach_samplers();
+  pins_ = std::move(pins);
+  snaps_.clear();
+  sample_snaps_.clear();
+  ustacks_.clear();
+  kstacks_.clear();
+}
+
+void Starvation::unload() {
+  links_.clear();
+  skel_.reset();
+}
+
+void Starvation::attach_samplers() {
+  int ncpu = libbpf_num_possible_cpus();
+  int attached = 0;
+  std::string why;
+  for (int cpu = 0; cpu < ncpu; cpu++) {
+    perf_event_attr a{};
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.sample_period = period_ns_;  // cpu-clock counts nanoseconds: each sample weighs period_ns_
+    int fd = static_cast<int>(syscall(__NR_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+      if (errno != ENODEV) why = fmt::format("perf_event_open on CPU {}: {}", cpu, strerror(errno));
+      continue;
+    }
+    bpf_link* l = bpf_program__attach_perf_event(skel_->progs.gs_s_sample, fd);
+    if (!l) {
+      why = fmt::format("attaching the sampler on CPU {}: {}", cpu, strerror(errno));
+      close(fd);
+      continue;
+    }
+    links_.emplace_back(l);  // the link owns the perf event fd
+    attached++;
+  }
+  if (!attached)
+    fprintf(stderr, "gpuscope: no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
+            "it does, and there are no sampled stacks\n", why.c_str());
+}
+
+// The BPF side skips the hash lookup for a tgid whose bit is clear; the bridge's list changes
+// once a poll, and this runs as often.
+void Starvation::refresh_tgids() {
+  std::vector<uint64_t> bits(GS_S_TGID_WORDS);
+  int fd = bpf_map__fd(skel_->maps.gpu_per_pid);
+  uint32_t key = 0, next = 0;
+  for (void* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+    key = next;
+    bits[(key / 64) % GS_S_TGID_WORDS] |= 1ull << (key % 64);
+  }
+  volatile __u64* live = skel_->bss->gpu_tgid_bits;
+  for (size_t i = 0; i < bits.size(); i++)
+    if (live[i] != bits[i]) live[i] = bits[i];
+}
+
+void Starvation::say(const BridgeView& v) {
+  switch (v.state) {
+    case Bridge::None:
+      fprintf(stderr, "gpuscope: no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
+              "a bridge publishes\n", dir_.c_str());
+      break;
+    case Bridge::Stale:
+      fprintf(stderr, "gpuscope: bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
+              "until a bridge publishes again\n", dir_.c_str(), static_cast<unsigned long long>(v.age_ms),
+              v.meta.helper_pid, process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
+      break;
+    case Bridge::Fresh:
+      fprintf(stderr, "gpuscope: bridge pid %u publishing under %s every %u ms; verdicts on\n", v.meta.helper_pid,
+              dir_.c_str(), v.meta.poll_interval_ms);
+      break;
+  }
+}
+
+// Pins replaced (a new bridge that could not reuse them) mean new maps: the programs are
+// reloaded on them. Pins reused in place need nothing: the programs read the same maps.
+void Starvation::watch_bridge() {
+  Pins now = open_pins();
+  if (now.ok && !now.same(pins_)) {
+    BridgeView v = view(now);
+    if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
+    report();
+    unload();
+    fprintf(stderr, "gpuscope: bridge maps under %s changed; reattached\n", dir_.c_str());
+    load(std::move(now));
+    state_ = v.state;
+    say(v);
+    return;
+  }
+  BridgeView v = view(pins_);
+  if (v.state == state_) return;
+  if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
+  if (v.state == Bridge::Stale && state_ == Bridge::Fresh)
+    fprintf(stderr, "gpuscope: bridge data under %s went stale (no update for %llu ms); no verdicts until it "
+            "resumes\n", dir_.c_str(), static_cast<unsigned long long>(v.age_ms));
+  else
+    say(v);
+  state_ = v.state;
+}
+
+bool Starvation::wanted(uint32_t pid, const std::string& comm) const {
+  if (!o_.pids.empty() && std::find(o_.pids.begin(), o_.pids.end(), static_cast<pid_t>(pid)) == o_.pids.end())
+    return false;
+  return o_.comm.empty() || o_.comm == comm;
+}
+
+const std::vector<std::string>& Starvation::ustack(uint32_t pid, int id) {
+  static const std::vector<std::string> none;
+  if (id < 0) return none;
+  auto key = std::make_pair(pid, id);
+  auto it = ustacks_.find(key);
+  if (it != ustacks_.end()) return it->second;
+  uint64_t ips[GS_S_STACK_DEPTH] = {};
+  std::vector<std::string> frames;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stacks), &id, ips) == 0)
+    frames = sym_.user_stack(static_cast<pid_t>(pid), ips, GS_S_STACK_DEPTH);
+  return ustacks_.emplace(key, std::move(frames)).first->second;
+}
+
+const std::vector<std::string>& Starvation::kstack(int id) {
+  static const std::vector<std::string> none;
+  if (id < 0) return none;
+  auto it = kstacks_.find(id);
+  if (it != kstacks_.end()) return it->second;
+  uint64_t ips[GS_S_STACK_DEPTH] = {};
+  std::vector<std::string> frames;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stacks), &id, ips) == 0)
+    frames = sym_.kernel_stack(ips, GS_S_STACK_DEPTH);
+  // A stack taken at sched_switch starts with the tracing machinery and our own program.
+  auto own = std::find_if(frames.begin(), frames.end(), [](const std::string& f) {
+    return !f.starts_with("bpf_prog_") && !f.starts_with("bpf_trace_run") && !f.starts_with("__traceiter_") &&
+           !f.starts_with("__bpf_trace_");
+  });
+  frames.erase(frames.begin(), own);
+  return kstacks_.emplace(id, std::move(frames)).first->second;
+}
+
+// Process, thread, user frames from main outwards in, then the kernel's, as perf script folds.
+std::vector<std::string> Starvation::folded_frames(const gs_s_sample_key& k, const std::string& comm,
+                                                   const std::string& thread) {
+  std::vector<std::string> f{comm, thread};
+  auto& u = ustack(k.pid, k.ustack_id);
+  f.insert(f.end(), u.rbegin(), u.rend());
+  auto& ks = kstack(k.kstack_id);
+  for (auto it = ks.rbegin(); it != ks.rend(); ++it) f.push_back(*it + "_[k]");
+  return f;
+}
+
+void Starvation::report() {
+  if (!skel_) return;
+  int tfd = bpf_map__fd(skel_->maps.threads);
+  struct Row {
+    gs_s_thread st;
+    uint64_t cpu, hits;
+  };
+  std::vector<Row> rows;
+  std::unordered_map<uint32_t, gs_s_thread> all;
+  std::set<uint32_t> seen;
+  uint32_t key = 0, next = 0;
+  for (void* prev = nullptr; bpf_map_get_next_key(tfd, prev, &next) == 0; prev = &key) {
+    key = next;
+    gs_s_thread st{};
+    if (bpf_map_lookup_elem(tfd, &key, &st) != 0) continue;
+    all[key] = st;
+    Snap& s = snaps_[key];
+    if (s.pid != st.pid || st.cpu_time_ns < s.cpu_time_ns) s = Snap{st.pid};  // a reused tid starts again
+    uint64_t cpu = st.cpu_time_ns - s.cpu_time_ns, hits = st.hit_count - s.hit_count;
+    s.cpu_time_ns = st.cpu_time_ns, s.hit_count = st.hit_count, s.samples = st.samples;
+    if (!cpu) continue;
+    seen.insert(key);
+    if (wanted(st.pid, cstr(st.comm, sizeof st.comm))) rows.push_back({st, cpu, hits});
+  }
+
+  // Samples since the last round: the flame graph's weights, and each row's busiest stack.
+  std::unordered_map<uint32_t, std::pair<gs_s_sample_key, uint64_t>> busiest;
+  if (skel_->rodata->sample_ustack || skel_->rodata->sample_kstack) {
+    int sfd = bpf_map__fd(skel_->maps.samples);
+    gs_s_sample_key sk{}, snext{};
+    bool want_folded = !o_.folded.empty() || !o_.svg.empty();
+    for (void* prev = nullptr; bpf_map_get_next_key(sfd, prev, &snext) == 0; prev = &sk) {
+      sk = snext;
+      uint64_t n = 0;
+      if (bpf_map_lookup_elem(sfd, &sk, &n) != 0) continue;
+      uint64_t& was = sample_snaps_[sk];
+      uint64_t d = n >= was ? n - was : n;
+      was = n;
+      if (!d) continue;
+      auto it = all.find(sk.tid);
+      if (it == all.end() || it->second.pid != sk.pid) continue;
+      const gs_s_thread& st = it->second;
+      std::string comm = cstr(st.comm, sizeof st.comm);
+      if (!wanted(sk.pid, comm)) continue;
+      auto& b = busiest[sk.tid];
+      if (d > b.second) b = {sk, d};
+      if (want_folded) {
+        std::string thread = cstr(st.thread, sizeof st.thread);
+        folded_[fold(folded_frames(sk, comm, thread))] += d * period_ns_;
+        folded_samples_ += d;
+      }
+    }
+  }
+
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.cpu > b.cpu; });
+  static const Table table({{"COMM", -16}, {"PID", 7}, {"TID", 7}, {"CPU_TIME_NS", 14}, {"IDLE_NS", 14},
+                            {"HIT_COUNT", 9}, {"CONTAINER", 0}});
+  auto& buf = out_.buf();
+  if (!o_.json && !header_done_ && !rows.empty()) {
+    table.header(buf);
+    header_done_ = true;
+  }
+  for (auto& r : rows) {
+    uint32_t pid = r.st.pid, tid = r.st.tid;
+    std::string thread = cstr(r.st.thread, sizeof r.st.thread);
+    std::string comm = cstr(r.st.comm, sizeof r.st.comm);
+    auto c = containers_.find(pid);
+    if (c == containers_.end()) c = containers_.emplace(pid, container_of(static_cast<pid_t>(pid))).first;
+    std::vector<std::string> us, ks;
+    if (stacks_) {
+      int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
+      if (auto b = busiest.find(tid); b != busiest.end()) uid = b->second.first.ustack_id, kid = b->second.first.kstack_id;
+      if (o_.collect_ustack) us = ustack(pid, uid);
+      if (o_.collect_kstack) ks = kstack(kid);
+    }
+    rows_++;
+    if (o_.json) {
+      nlohmann::ordered_json j{{"type", "starvation"}, {"pid", pid}, {"tid", tid}, {"comm", comm},
+                               {"thread", thread}, {"container", c->second}, {"cpu_time_ns", r.cpu},
+                               {"idle_ns", r.st.idle_ns}, {"hit_count", r.hits}, {"ustack", us}, {"kstack", ks}};
+      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      buf.append(line);
+      buf.push_back('\n');
+    } else {
+      table.row(buf, {comm, std::to_string(pid), std::to_string(tid), std::to_string(r.cpu),
+                      std::to_string(r.st.idle_ns), std::to_string(r.hits), c->second.empty() ? "-" : c->second});
+      for (auto& f : us) fmt::format_to(std::back_inserter(buf), "    {}\n", f);
+      for (auto& f : ks) fmt::format_to(std::back_inserter(buf), "    [k] {}\n", f);
+    }
+  }
+  out_.flush();
+  prune(seen);
+}
+
+// Threads that have exited leave the maps once their last row is out.
+void Starvation::prune(const std::set<uint32_t>& seen) {
+  int tfd = bpf_map__fd(skel_->maps.threads);
+  std::vector<uint32_t> gone;
+  std::set<uint32_t> gone_pids;
+  for (auto& [tid, s] : snaps_) {
+    if (seen.count(tid)) continue;
+    if (access(fmt::format("/proc/{}/task/{}", s.pid, tid).c_str(), F_OK) == 0) continue;
+    gone.push_back(tid);
+    if (!pid_exists(static_cast<pid_t>(s.pid))) gone_pids.insert(s.pid);
+  }
+  if (gone.empty()) return;
+  std::set<uint32_t> gone_set(gone.begin(), gone.end());
+  for (uint32_t tid : gone) {
+    bpf_map_delete_elem(tfd, &tid);
+    snaps_.erase(tid);
+  }
+  int sfd = bpf_map__fd(skel_->maps.samples);
+  for (auto it = sample_snaps_.begin(); it != sample_snaps_.end();) {
+    if (gone_set.count(it->first.tid)) {
+      bpf_map_delete_elem(sfd, &it->first);
+      it = sample_snaps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (uint32_t pid : gone_pids) {
+    sym_.forget(static_cast<pid_t>(pid));
+    containers_.erase(pid);
+    std::erase_if(ustacks_, [&](auto& kv) { return kv.first.first == pid; });
+  }
+}
+
+int Starvation::run() {
+  if (o_.min_idle_ms == 0) throw UsageError("--min-idle-ms must be at least 1");
+  if (o_.stale_threshold_ms == 0) throw UsageError("--stale-threshold-ms must be at least 1");
+  if (o_.sample_hz == 0 || o_.sample_hz > 1000) throw UsageError("--sample-hz must be between 1 and 1000");
+  for (pid_t pid : o_.pids)
+    if (!pid_exists(pid)) throw UsageError(fmt::format("pid {} does not exist", pid));
+  for (const std::string* f : {&o_.folded, &o_.svg}) {
+    if (f->empty()) continue;
+    std::ofstream probe(*f, std::ios::trunc);
+    if (!probe) throw UsageError(fmt::format("cannot write {}: {}", *f, strerror(errno)));
+  }
+  require_bpf_privileges();
+  set_libbpf_verbose(o_.verbose);
+  if (o_.pin_dir.empty()) {
+    std::string why;
+    if (!ensure_bpffs(&why)) throw UsageError(why);
+  } else if (!is_bpffs(dir_)) {
+    throw UsageError(fmt::format("--pin-dir {} is not a directory on bpffs", dir_));
+  }
+  stacks_ = o_.collect_ustack || o_.collect_kstack;
+
+  Pins pins = open_pins();
+  BridgeView v = view(pins);
+  if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
+  load(std::move(pins));
+  state_ = v.state;
+  fprintf(stderr, "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
+          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n", static_cast<unsigned long long>(o_.min_idle_ms),
+          static_cast<unsigned long long>(o_.min_gpu_mem_bytes),
+          static_cast<unsigned long long>(o_.stale_threshold_ms), o_.sample_hz);
+  say(v);
+
+  StopControl stop(o_.duration_s);
+  using clock = std::chrono::steady_clock;
+  auto next_report = clock::now() + std::chrono::seconds(1);
+  auto next_watch = clock::now() + std::chrono::milliseconds(250);
+  auto next_tgids = clock::now();
+  while (!stop.should_stop()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto now = clock::now();
+    if (now >= next_tgids) {
+      refresh_tgids();
+      next_tgids = now + std::chrono::milliseconds(50);
+    }
+    if (now >= next_watch) {
+      watch_bridge();
+      next_watch = now + std::chrono::milliseconds(250);
+    }
+    if (now >= next_report) {
+      report();
+      next_report += std::chrono::seconds(1);
+      if (next_report < now) next_report = now + std::chrono::seconds(1);
+    }
+  }
+  report();
+  uint64_t lost_threads = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_THREAD);
+  uint64_t lost_samples = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_SAMPLE_KEY);
+  uint64_t lost_stacks = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_STACK_ERR);
+  if (o_.verbose)
+    fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
+            (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_SAMPLES),
+            (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_LATCH_TICKS));
+  unload();
+  if (lost_threads || lost_samples || lost_stacks)
+    fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks\n",
+            (unsigned long long)lost_threads, (unsigned long long)lost_samples, (unsigned long long)lost_stacks);
+  uint64_t total = 0;
+  for (auto& [_, w] : folded_) total += w;
+  if (!o_.folded.empty()) {
+    std::ofstream(o_.folded, std::ios::trunc) << folded_text(folded_);
+    fprintf(stderr, "gpuscope: folded stacks: %zu stacks, %llu samples x %llu ns = %llu ns sampled, in %s\n",
+            folded_.size(), (unsigned long long)folded_samples_, (unsigned long long)period_ns_,
+            (unsigned long long)total, o_.folded.c_str());
+  }
+  if (!o_.svg.empty()) {
+    std::ofstream(o_.svg, std::ios::trunc)
+        << flamegraph_svg(folded_, fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
+                                               static_cast<double>(total) / 1e9),
+                          "ns");
+    fprintf(stderr, "gpuscope: flame graph in %s\n", o_.svg.c_str());
+  }
+  fprintf(stderr, "gpuscope: %llu rows\n", static_cast<unsigned long long>(rows_));
+  return 0;
+}
+
+}  // namespace
+
+int run_starvation(const StarvationOptions& opts) {
+  Starvation s(opts);
+  return s.run();
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,437 @@
+// gpuscope memleak against real processes: the stand-in runtime and driver (leaks, every
+// API, attach after start, churn of short-lived processes, stacks), the real libcudart
+// without a GPU, and bad input.
+#include <bpf/bpf.h>
+#include <dirent.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gstest;
+
+namespace {
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+std::string standin_lib(const char* name) { return standin_lib_dir() + "/" + name; }
+
+// gpuscope memleak --json in the background, probing the stand-in libraries.
+class Memleak {
+ public:
+  explicit Memleak(std::vector<std::string> extra = {}, bool standin = true) {
+    std::vector<std::string> argv{gpuscope_bin(), "memleak", "--json"};
+    if (standin) argv.insert(argv.end(), {"--lib", standin_lib("libcudart.so.13"), "--lib", standin_lib("libcuda.so.1")});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    p_ = std::make_unique<Process>(argv);
+    if (!p_->wait_for("gpuscope: tracking", 30, true)) ADD_FAILURE() << "did not start: " << p_->err();
+  }
+  // Waits until `n` lines of `type` for pid have been printed.
+  bool wait_lines(pid_t pid, const std::string& type, size_t n, double timeout_s = 10) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (of(parse_lines(p_->out()), pid, type).size() >= n) return true;
+      sleep_s(0.05);
+    }
+    return false;
+  }
+  std::vector<json> stop() {
+    p_->signal(SIGINT);
+    EXPECT_EQ(p_->wait(30), 0) << p_->err();
+    return parse_lines(p_->out());
+  }
+  Process& proc() { return *p_; }
+
+  static std::vector<json> of(const std::vector<json>& lines, pid_t pid, const std::string& type) {
+    std::vector<json> r;
+    for (auto& l : lines)
+      if (l["type"] == type && (pid <= 0 || l.value("pid", -1) == pid)) r.push_back(l);
+    return r;
+  }
+
+ private:
+  std::unique_ptr<Process> p_;
+};
+
+json final_summary(const std::vector<json>& lines, pid_t pid) {
+  for (auto& l : Memleak::of(lines, pid, "summary"))
+    if (l["state"] == "exited") return l;
+  return json();
+}
+
+// size -> leak row, of a process's report at exit.
+std::multimap<uint64_t, json> final_leaks(const std::vector<json>& lines, pid_t pid) {
+  std::multimap<uint64_t, json> r;
+  for (auto& l : Memleak::of(lines, pid, "leak"))
+    if (l["state"] == "exited") r.emplace(l["size"].get<uint64_t>(), l);
+  return r;
+}
+
+// "leaks: cudaMalloc 1000 -> 0x7e..." lines the stand-in program prints.
+std::map<std::string, std::string> printed_addresses(const std::string& err) {
+  std::map<std::string, std::string> r;
+  static const std::regex re(R"(leaks: (\w+) (\d+) -> (0x[0-9a-f]+))");
+  for (std::sregex_iterator it(err.begin(), err.end(), re), end; it != end; ++it)
+    r[(*it)[1].str() + " " + (*it)[2].str()] = (*it)[3].str();
+  static const std::regex vmm(R"(mapped at (0x[0-9a-f]+))");
+  std::smatch m;
+  if (std::regex_search(err, m, vmm)) r["vmm"] = m[1];
+  return r;
+}
+
+void expect_counts(const json& s, const std::map<std::string, uint64_t>& want) {
+  for (auto& [k, v] : want) EXPECT_EQ(s.at(k).get<uint64_t>(), v) << k << " in " << s.dump();
+}
+
+}  // namespace
+
+// 5 runtime and 3 driver allocations, a VMM handle released but still mapped, frees, one
+// double free. The report lists exactly the unfreed blocks; runtime calls count once.
+TEST(Memleak, LeakReport) {
+  Memleak g;
+  Process w({standin_app(), "leaks"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  auto addr = printed_addresses(w.err());
+  ASSERT_EQ(addr.size(), 9u) << w.err();
+
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  EXPECT_EQ(s["comm"], "standin_app");
+  // 9 allocating calls: a runtime call that reaches the driver is one allocation.
+  expect_counts(s, {{"allocs_ok", 9}, {"allocs_failed", 0}, {"frees_ok", 4}, {"frees_failed", 0},
+                    {"bad_frees", 1}, {"double_frees", 1}, {"frees_untracked", 0}, {"outstanding_allocs", 6},
+                    {"outstanding_bytes", 1000 + 3000 + 5000 + 600 + 800 + 2097152}, {"pinned_bytes", 0}});
+
+  auto leaks = final_leaks(lines, pid);
+  ASSERT_EQ(leaks.size(), 6u) << g.proc().out();
+  auto expect_leak = [&](uint64_t size, const std::string& api, const std::string& layer, const std::string& at) {
+    ASSERT_EQ(leaks.count(size), 1u) << size;
+    const json& l = leaks.find(size)->second;
+    EXPECT_EQ(l["api"], api) << l.dump();
+    EXPECT_EQ(l["layer"], layer) << l.dump();
+    EXPECT_EQ(l["addr"], at) << l.dump();
+    EXPECT_EQ(l["comm"], "standin_app");
+    EXPECT_GT(l["age_ns"].get<uint64_t>(), 0u);
+    EXPECT_LT(l["age_ns"].get<uint64_t>(), 10000000000ull);
+    EXPECT_TRUE(l["stack"].is_array() && l["stack"].empty()) << "no --stacks";
+  };
+  for (uint64_t sz : {1000, 3000, 5000}) {
+    expect_leak(sz, "cudaMalloc", "runtime", addr["cudaMalloc " + std::to_string(sz)]);
+    EXPECT_EQ(leaks.find(sz)->second["device"], -1);
+    EXPECT_EQ(leaks.find(sz)->second["category"], "device");
+  }
+  for (uint64_t sz : {600, 800}) expect_leak(sz, "cuMemAlloc_v2", "driver", addr["cuMemAlloc " + std::to_string(sz)]);
+  expect_leak(2097152, "cuMemCreate", "driver", addr["vmm"]);
+  const json& vmm = leaks.find(2097152)->second;
+  EXPECT_EQ(vmm["category"], "vmm");
+  EXPECT_EQ(vmm["device"], 0) << "prop->location.id";
+  EXPECT_EQ(vmm["released"], true);
+  EXPECT_EQ(vmm["mappings"], 1);
+
+  auto bad = Memleak::of(lines, pid, "bad_free");
+  ASSERT_EQ(bad.size(), 1u) << g.proc().out();
+  EXPECT_EQ(bad[0]["reason"], "double_free");
+  EXPECT_EQ(bad[0]["api"], "cudaFree");
+  EXPECT_EQ(bad[0]["addr"], addr["cudaMalloc 2000"]);
+  EXPECT_EQ(bad[0]["comm"], "standin_app");
+  EXPECT_FALSE(bad[0].contains("error"));
+  EXPECT_TRUE(Memleak::of(lines, pid, "untracked_free").empty());
+}
+
+// Every allocation API, pinned memory apart from device memory, VMM handles freed in
+// either order, an allocation and a free that fail.
+TEST(Memleak, EveryApi) {
+  Memleak g;
+  Process w({standin_app(), "memkinds"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  expect_counts(s, {{"allocs_ok", 11}, {"allocs_failed", 1}, {"frees_ok", 7}, {"frees_failed", 1},
+                    {"bad_frees", 0}, {"outstanding_allocs", 2}, {"outstanding_bytes", 1111 + 5120},
+                    {"pinned_allocs", 2}, {"pinned_bytes", 3333 + 7777}});
+  EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorMemoryAllocation", 1}})) << s.dump();
+  EXPECT_EQ(s["free_errors"], json({{"cudaErrorInvalidValue", 1}})) << s.dump();
+
+  auto leaks = final_leaks(lines, pid);
+  ASSERT_EQ(leaks.size(), 4u) << g.proc().out();
+  std::map<uint64_t, std::pair<std::string, std::string>> want = {{1111, {"cudaMallocManaged", "managed"}},
+                                                                  {3333, {"cudaMallocHost", "pinned"}},
+                                                                  {5120, {"cuMemAllocPitch_v2", "device"}},
+                                                                  {7777, {"cuMemAllocHost_v2", "pinned"}}};
+  for (auto& [size, w2] : want) {
+    ASSERT_EQ(leaks.count(size), 1u) << size << "\n" << g.proc().out();
+    EXPECT_EQ(leaks.find(size)->second["api"], w2.first);
+    EXPECT_EQ(leaks.find(size)->second["category"], w2.second);
+  }
+  auto bad = Memleak::of(lines, pid, "bad_free");
+  ASSERT_EQ(bad.size(), 1u) << g.proc().out();
+  EXPECT_EQ(bad[0]["reason"], "error");
+  EXPECT_EQ(bad[0]["api"], "cudaFree");
+  EXPECT_EQ(bad[0]["error"], "cudaErrorInvalidValue");
+}
+
+// With --stacks each leak carries its allocating user stack, symbolized and demangled.
+TEST(Memleak, Stacks) {
+  Memleak g({"--stacks"});
+  // The delay keeps the process alive while gpuscope reads its mappings.
+  Process w({standin_app(), "--delay-ms", "400", "leaks"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  auto leaks = final_leaks(lines, pid);
+  ASSERT_EQ(leaks.size(), 6u) << g.proc().out();
+  for (auto& [size, l] : leaks) {
+    ASSERT_GE(l["stack"].size(), 2u) << l.dump();
+    EXPECT_EQ(l["stack"][0].get<std::string>().rfind("scenario_leaks()+0x", 0), 0u) << l.dump();
+    EXPECT_NE(l["stack"][0].get<std::string>().find("(standin_app)"), std::string::npos) << l.dump();
+    EXPECT_EQ(l["stack"][1].get<std::string>().rfind("main+0x", 0), 0u) << l.dump();
+  }
+}
+
+// Blocks allocated before gpuscope started and freed after: untracked, not bad frees.
+// -p limits the report to one of two such processes.
+TEST(Memleak, AttachAfterStart) {
+  Process a({standin_app(), "prestart", "3"}), b({standin_app(), "prestart", "2"});
+  pid_t pa = ready_pid(a), pb = ready_pid(b);
+  ASSERT_TRUE(a.wait_for("allocated")) << a.err();
+  ASSERT_TRUE(b.wait_for("allocated")) << b.err();
+  Memleak g({"-p", std::to_string(pa)});
+  a.signal(SIGUSR1);
+  b.signal(SIGUSR1);
+  ASSERT_EQ(a.wait(20), 0) << a.err();
+  ASSERT_EQ(b.wait(20), 0) << b.err();
+  ASSERT_TRUE(g.wait_lines(pa, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  auto untracked = Memleak::of(lines, pa, "untracked_free");
+  ASSERT_EQ(untracked.size(), 4u) << g.proc().out();
+  std::set<std::string> apis;
+  for (auto& u : untracked) {
+    apis.insert(u["api"].get<std::string>());
+    EXPECT_NE(u["addr"], "0x0");
+    EXPECT_FALSE(u.contains("reason"));
+  }
+  EXPECT_EQ(apis, (std::set<std::string>{"cudaFree", "cuMemFree_v2"}));
+  EXPECT_TRUE(Memleak::of(lines, 0, "bad_free").empty()) << g.proc().out();
+  json s = final_summary(lines, pa);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  expect_counts(s, {{"frees_untracked", 4}, {"bad_frees", 0}, {"allocs_ok", 1}, {"frees_ok", 1},
+                    {"outstanding_allocs", 0}, {"outstanding_bytes", 0}});
+  EXPECT_TRUE(final_leaks(lines, pa).empty());
+  for (auto& l : lines) EXPECT_NE(l.value("pid", -1), pb) << "-p " << pa << ": " << l.dump();
+}
+
+namespace {
+
+// Keys of every hash map the process holds, by map name: read through the fds listed in
+// /proc/PID/fdinfo. Every memleak map key begins with the pid.
+std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder) {
+  std::map<std::string, std::vector<uint32_t>> out;
+  std::string dir = "/proc/" + std::to_string(holder) + "/fdinfo";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  std::set<uint32_t> ids;
+  while (dirent* e = readdir(d)) {
+    std::ifstream f(dir + "/" + e->d_name);
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("map_id:", 0) == 0) ids.insert(static_cast<uint32_t>(std::stoul(line.substr(7))));
+  }
+  closedir(d);
+  for (uint32_t id : ids) {
+    int fd = bpf_map_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+        (info.type == BPF_MAP_TYPE_HASH || info.type == BPF_MAP_TYPE_LRU_HASH) && info.key_size >= 4) {
+      auto& v = out[info.name];
+      std::vector<uint8_t> key(info.key_size), next(info.key_size);
+      const void* cur = nullptr;
+      while (bpf_map_get_next_key(fd, cur, next.data()) == 0) {
+        uint32_t pid;
+        memcpy(&pid, next.data(), 4);
+        v.push_back(pid);
+        key = next;
+        cur = key.data();
+      }
+    }
+    close(fd);
+  }
+  return out;
+}
+
+}  // namespace
+
+// --min-age lists live allocations older than the age while the process runs, each once.
+TEST(Memleak, MinAge) {
+  Memleak g({"--interval", "0.3", "--min-age", "0.5"});
+  Process w({standin_app(), "prestart", "2"});
+  pid_t pid = ready_pid(w);
+  ASSERT_TRUE(w.wait_for("allocated")) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "leak", 3, 10)) << g.proc().out();
+  // While it runs, its allocations are in the map the churn test reads.
+  auto keys = pids_in_maps(g.proc().pid())["ml_allocs"];
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), static_cast<uint32_t>(pid)), 3);
+  sleep_s(0.7);  // more intervals: nothing is listed twice
+  w.signal(SIGUSR1);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 2)) << g.proc().out();
+  auto lines = g.stop();
+  auto leaks = Memleak::of(lines, pid, "leak");
+  ASSERT_EQ(leaks.size(), 3u) << g.proc().out();
+  std::multiset<uint64_t> sizes;
+  for (auto& l : leaks) {
+    EXPECT_EQ(l["state"], "running");
+    EXPECT_GE(l["age_ns"].get<uint64_t>(), 500000000u);
+    sizes.insert(l["size"].get<uint64_t>());
+  }
+  EXPECT_EQ(sizes, (std::multiset<uint64_t>{777, 1000, 2000}));
+  bool running = false;
+  for (auto& s : Memleak::of(lines, pid, "summary"))
+    if (s["state"] == "running" && s["outstanding_allocs"] == 3 && s["outstanding_bytes"] == 3777) running = true;
+  EXPECT_TRUE(running) << g.proc().out();
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null());
+  expect_counts(s, {{"allocs_ok", 4}, {"frees_ok", 4}, {"outstanding_allocs", 0}, {"bad_frees", 0}});
+}
+
+
+// 200 short-lived processes allocate and exit. Each gets its final rows, and the BPF maps
+// then hold nothing of any of them.
+TEST(Memleak, Churn) {
+  Memleak g;
+  std::set<pid_t> pids;
+  for (int batch = 0; batch < 10; batch++) {
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int i = 0; i < 20; i++) ps.push_back(std::make_unique<Process>(std::vector<std::string>{standin_app(), "churn"}));
+    for (auto& p : ps) {
+      pids.insert(ready_pid(*p));
+      ASSERT_EQ(p->wait(20), 0) << p->err();
+    }
+  }
+  ASSERT_EQ(pids.size(), 200u);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  std::vector<json> lines;
+  size_t done = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    lines = parse_lines(g.proc().out());
+    done = 0;
+    for (pid_t p : pids) done += !final_summary(lines, p).is_null();
+    if (done == pids.size()) break;
+    sleep_s(0.1);
+  }
+  ASSERT_EQ(done, pids.size());
+
+  auto maps = pids_in_maps(g.proc().pid());
+  for (const char* name : {"ml_allocs", "ml_procs", "ml_freed", "ml_errors", "ml_maps_changed"})
+    EXPECT_TRUE(maps.count(name)) << name << " not found among gpuscope's maps";
+  for (auto& [name, keys] : maps)
+    for (uint32_t k : keys) EXPECT_FALSE(pids.count(static_cast<pid_t>(k))) << name << " still holds pid " << k;
+
+  lines = g.stop();
+  for (pid_t p : pids) {
+    json s = final_summary(lines, p);
+    expect_counts(s, {{"allocs_ok", 2}, {"allocs_failed", 1}, {"frees_ok", 1}, {"bad_frees", 1},
+                      {"double_frees", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
+    EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorMemoryAllocation", 1}}));
+    auto leaks = final_leaks(lines, p);
+    ASSERT_EQ(leaks.size(), 1u) << p;
+    EXPECT_EQ(leaks.begin()->first, 4096u);
+    EXPECT_EQ(leaks.begin()->second["api"], "cudaMalloc");
+    auto bad = Memleak::of(lines, p, "bad_free");
+    ASSERT_EQ(bad.size(), 1u) << p;
+    EXPECT_EQ(bad[0]["reason"], "double_free");
+    EXPECT_EQ(bad[0]["api"], "cuMemFree_v2");
+  }
+  auto drops = Memleak::of(lines, 0, "drops");
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0]["events_lost_ringbuf_full"], 0);
+  EXPECT_EQ(drops[0]["allocs_not_recorded_map_full"], 0);
+}
+
+// An exec ends the old image's memory: its leaks are reported then, and the new image
+// starts from nothing under the same pid.
+TEST(Memleak, ExecResets) {
+  Memleak g;
+  Process w({standin_app(), "exec"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 2)) << g.proc().out();
+  auto lines = g.stop();
+  auto sums = Memleak::of(lines, pid, "summary");
+  ASSERT_EQ(sums.size(), 2u) << g.proc().out();
+  EXPECT_EQ(sums[0]["state"], "exec");
+  expect_counts(sums[0], {{"allocs_ok", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 1234}});
+  EXPECT_EQ(sums[1]["state"], "exited");
+  expect_counts(sums[1], {{"allocs_ok", 2}, {"allocs_failed", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
+  std::map<std::string, std::vector<uint64_t>> leaks;
+  for (auto& l : Memleak::of(lines, pid, "leak")) leaks[l["state"]].push_back(l["size"].get<uint64_t>());
+  EXPECT_EQ(leaks["exec"], std::vector<uint64_t>{1234});
+  EXPECT_EQ(leaks["exited"], std::vector<uint64_t>{4096});
+}
+
+// -c: other processes are not tracked.
+TEST(Memleak, CommFilter) {
+  Memleak g({"-c", "no_such_comm"});
+  Process w({standin_app(), "leaks"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  sleep_s(0.5);
+  auto lines = g.stop();
+  for (auto& l : lines) EXPECT_NE(l.value("pid", -1), pid) << l.dump();
+}
+
+// The real libcudart without a GPU: every call fails with cudaErrorInsufficientDriver.
+TEST(Memleak, RealRuntimeFailures) {
+  Memleak g({"--lib", cuda_runtime_lib()}, false);
+  Process w({calls_shared(), "3", "0"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  EXPECT_EQ(s["comm"], "calls_shared");
+  expect_counts(s, {{"allocs_ok", 0}, {"allocs_failed", 3}, {"frees_ok", 0}, {"frees_failed", 3},
+                    {"outstanding_allocs", 0}});
+  EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorInsufficientDriver", 3}})) << s.dump();
+  EXPECT_EQ(s["free_errors"], json({{"cudaErrorInsufficientDriver", 3}})) << s.dump();
+  auto bad = Memleak::of(lines, pid, "bad_free");
+  ASSERT_EQ(bad.size(), 3u) << g.proc().out();
+  for (auto& b : bad) {
+    EXPECT_EQ(b["reason"], "error");
+    EXPECT_EQ(b["error"], "cudaErrorInsufficientDriver");
+    EXPECT_EQ(b["api"], "cudaFree");
+  }
+  EXPECT_TRUE(final_leaks(lines, pid).empty());
+}
+
+TEST(Memleak, BadInput) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--interval", "0"}, {"--min-age", "-1"}, {"-p", "999999999"},
+        {"--lib", "/etc/passwd"}, {"--lib", "/nonexistent/libcudart.so"}, {"--lib", "/bin/true"}, {"--bogus"}}) {
+    args.insert(args.begin(), {gpuscope_bin(), "memleak"});
+    auto r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  std::string state = bpf_state();
+  for (const char* prog : {"ml_enter", "ml_exit", "ml_proc_exit", "ml_proc_exec", "ml_dl_change"})
+    EXPECT_EQ(state.find(prog), std::string::npos) << prog << " left loaded:\n" << state;
+}
