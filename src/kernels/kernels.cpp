@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -190,6 +191,8 @@ class Kernels {
   std::string module_of(pid_t pid, uint64_t addr);
   std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
   std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
+  void for_each_handle_var(pid_t pid, const std::vector<Mapping>& maps,
+                           const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller);
   void learn_new_keys();
@@ -286,24 +289,30 @@ std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
   return Name{kernel_name(it->name), basename_of(m->path)};
 }
 
-// The nvcc handle variable at addr (it lives in .bss, often outside any file mapping, so it
-// is found through each mapped file's load bias).
-std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
-  auto maps = read_maps(pid);
+// Every nvcc handle variable of every file the process maps, at its address in the process
+// (handle variables live in .bss, often outside any file mapping, hence the load bias).
+void Kernels::for_each_handle_var(pid_t pid, const std::vector<Mapping>& maps,
+                                  const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
   std::set<std::string> seen;
   for (auto& m : maps) {
     if (!seen.insert(m.path).second) continue;
-    const FileInfo* f = file(pid, m.path);
-    if (f->handle_vars.empty()) continue;
+    const FileInfo* fi = file(pid, m.path);
+    if (fi->handle_vars.empty()) continue;
     uint64_t base = UINT64_MAX;
     for (auto& x : maps)
       if (x.path == m.path && x.off == 0) base = std::min(base, x.start);
-    if (!f->is_exec && base == UINT64_MAX) continue;
-    uint64_t bias = f->is_exec ? 0 : base - f->first_load_vaddr;
-    for (auto& [vaddr, sym] : f->handle_vars)
-      if (vaddr + bias == addr) return Name{kernel_name(sym), basename_of(m.path)};
+    if (!fi->is_exec && base == UINT64_MAX) continue;
+    uint64_t bias = fi->is_exec ? 0 : base - fi->first_load_vaddr;
+    for (auto& [vaddr, sym] : fi->handle_vars) f(vaddr + bias, sym, m.path);
   }
-  return std::nullopt;
+}
+
+std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
+  std::optional<Name> r;
+  for_each_handle_var(pid, read_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
+    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path)};
+  });
+  return r;
 }
 
 // Processes that were running before gpuscope: their __cudaGetKernel calls are over, but
@@ -317,22 +326,11 @@ void Kernels::scan_handle_vars(pid_t pid) {
   maps_[pid] = maps;
   int mem = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
   if (mem < 0) return;
-  std::set<std::string> seen;
-  for (auto& m : maps) {
-    if (!seen.insert(m.path).second) continue;
-    const FileInfo* f = file(pid, m.path);
-    if (f->handle_vars.empty()) continue;
-    uint64_t base = UINT64_MAX;
-    for (auto& x : maps)
-      if (x.path == m.path && x.off == 0) base = std::min(base, x.start);
-    uint64_t bias = f->is_exec ? 0 : base - f->first_load_vaddr;
-    if (!f->is_exec && base == UINT64_MAX) continue;
-    for (auto& [vaddr, sym] : f->handle_vars) {
-      uint64_t h = 0;
-      if (pread(mem, &h, sizeof h, static_cast<off_t>(vaddr + bias)) == sizeof h && h)
-        names_.try_emplace({pid, h}, Name{kernel_name(sym), basename_of(m.path)});
-    }
-  }
+  for_each_handle_var(pid, maps, [&](uint64_t at, const std::string& sym, const std::string& path) {
+    uint64_t h = 0;
+    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h)
+      names_.try_emplace({pid, h}, Name{kernel_name(sym), basename_of(path)});
+  });
   close(mem);
 }
 

@@ -8,30 +8,12 @@
 #include <bpf/bpf_core_read.h>
 #include "common/api.h"
 #include "common/events.h"
+#include "common/comm_filter.bpf.h"
 #include "latency/latency.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool per_process = false;
-const volatile bool filter_comm = false;
-const volatile char target_comm[GS_COMM_LEN] = {};
-
-static __always_inline bool comm_matches(void)
-{
-	struct task_struct *task;
-	char comm[GS_COMM_LEN];
-	if (!filter_comm)
-		return true;
-	task = (struct task_struct *)bpf_get_current_task();
-	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
-	for (int i = 0; i < GS_COMM_LEN; i++) {
-		if (comm[i] != target_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
-}
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 

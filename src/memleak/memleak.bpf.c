@@ -9,12 +9,11 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
+#include "common/comm_filter.bpf.h"
 #include "memleak/memleak.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-const volatile bool filter_comm = false;
-const volatile char target_comm[GS_COMM_LEN] = {};
 const volatile bool capture_stacks = false;
 
 /* CLOCK_BOOTTIME when userspace last attached probes to a newly found object: a process
@@ -27,23 +26,6 @@ struct site_desc {
 
 #define GS_ML_SITE_DESC(id, sym, r, l, c) {.role = r, .layer = l, .category = c},
 static const struct site_desc sites[GS_ML_SITE_COUNT] = {GS_ML_SITES(GS_ML_SITE_DESC)};
-
-static __always_inline bool comm_matches(void)
-{
-	struct task_struct *task;
-	char comm[GS_COMM_LEN];
-	if (!filter_comm)
-		return true;
-	task = (struct task_struct *)bpf_get_current_task();
-	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
-	for (int i = 0; i < GS_COMM_LEN; i++) {
-		if (comm[i] != target_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
-}
 
 /* Per thread: the outermost probed call in flight. A runtime call that reaches the driver
  * bumps depth at the driver probe and is handled once, when the runtime call returns. */

@@ -218,42 +218,21 @@ void Memleak::open_and_load() {
 
 void Memleak::attach_object(const CudaObject& obj) {
   objects_++;
-  UprobeMultiTarget t;
-  t.path = obj.open_path;
-  std::unordered_set<uint64_t> offsets;
-  for (unsigned s = 0; s < GS_ML_SITE_COUNT; s++)
-    for (const char* suf : kApiVariantSuffixes) {
-      const ElfSymbol* sym = obj.symbols->find(std::string(kSiteNames[s]) + suf);
-      if (!sym || !offsets.insert(sym->file_offset).second) continue;
-      t.offsets.push_back(sym->file_offset);
-      t.cookies.push_back(s);
-    }
+  UprobeMultiTarget t = collect_sites(obj, GS_ML_SITE_COUNT, site_name);
   if (t.offsets.empty()) return;
-  std::string err;
-  size_t ok = 0;
+  AttachTally tally;
   for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids) {
     t.pid = pid;
     for (bool ret : {false, true}) {
-      bpf_program* prog = ret ? skel_->progs.ml_exit : skel_->progs.ml_enter;
       t.retprobe = ret;
-      if (multi_) {
-        if (Link l = attach_uprobe_multi(prog, t, &err))
-          links_.push_back(std::move(l)), ok += t.offsets.size();
-        else
-          attach_failures_ += t.offsets.size();
-        continue;
-      }
-      for (size_t i = 0; i < t.offsets.size(); i++)
-        if (Link l = attach_uprobe(prog, {t.path, t.offsets[i], pid, t.cookies[i], ret}, &err))
-          links_.push_back(std::move(l)), ok++;
-        else
-          attach_failures_++;
+      attach_sites(ret ? skel_->progs.ml_exit : skel_->progs.ml_enter, t, multi_, links_, tally);
     }
   }
-  sites_ += ok;
-  if (o_.verbose || !err.empty())
+  sites_ += tally.sites;
+  attach_failures_ += tally.failures;
+  if (o_.verbose || !tally.err.empty())
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in, t.offsets.size(),
-            err.empty() ? "" : ", attach failed: ", err.c_str());
+            tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
 }
 
 void Memleak::attach_loaders(Discovery& disc) {

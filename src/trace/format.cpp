@@ -12,7 +12,6 @@ namespace gpuscope {
 static const char* const kApiNames[GS_API_COUNT] = {GS_APIS(GS_API_NAME)};
 #undef GS_API_NAME
 static const gs_api_desc kApiDescs[GS_API_COUNT] = GS_API_DESC_TABLE;
-const char* const kApiVariantSuffixes[3] = {"", "_ptsz", "_ptds"};
 
 const char* api_symbol(unsigned api) { return api < GS_API_COUNT ? kApiNames[api] : "?"; }
 const gs_api_desc& api_desc(unsigned api) { return kApiDescs[api < GS_API_COUNT ? api : 0]; }

@@ -6,11 +6,10 @@
 #include "common/api.h"
 #include "common/events.h"
 #include "common/uprobe_args.bpf.h"
+#include "common/comm_filter.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-const volatile bool filter_comm = false;
-const volatile char target_comm[GS_COMM_LEN] = {};
 const volatile bool emit_enter = true;
 const volatile bool emit_exit = true;
 
@@ -70,23 +69,6 @@ static __always_inline void count_drop(__u32 why)
 	__u64 *n = bpf_map_lookup_elem(&drops, &why);
 	if (n)
 		*n += 1;
-}
-
-static __always_inline bool comm_matches(void)
-{
-	struct task_struct *task;
-	char comm[GS_COMM_LEN];
-	if (!filter_comm)
-		return true;
-	task = (struct task_struct *)bpf_get_current_task();
-	BPF_CORE_READ_STR_INTO(&comm, task, group_leader, comm);
-	for (int i = 0; i < GS_COMM_LEN; i++) {
-		if (comm[i] != target_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
 }
 
 static __always_inline struct gs_call_event *reserve(__u64 id, __u16 api, __u8 layer, __u8 phase)

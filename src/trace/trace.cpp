@@ -100,53 +100,23 @@ void Tracer::open_and_load() {
 
 void Tracer::attach_object(const CudaObject& obj) {
   objects_++;
-  std::vector<pid_t> pids = o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids;
-  UprobeMultiTarget sites;
-  sites.path = obj.open_path;
-  std::unordered_set<uint64_t> offsets;
-  for (unsigned api = 0; api < GS_API_COUNT; api++) {
-    if (!selected_[api]) continue;
-    for (const char* suf : kApiVariantSuffixes) {
-      const ElfSymbol* sym = obj.symbols->find(std::string(api_symbol(api)) + suf);
-      if (!sym || !offsets.insert(sym->file_offset).second) continue;
-      sites.offsets.push_back(sym->file_offset);
-      sites.cookies.push_back(api);
-    }
-  }
+  UprobeMultiTarget sites = collect_sites(obj, GS_API_COUNT, api_symbol, [&](unsigned api) { return selected_[api]; });
   size_t before = links_.size();
-  std::string err;
-  auto attach = [&](bpf_program* prog, UprobeMultiTarget& t, bool ret) {
-    t.retprobe = ret;
-    if (multi_) {
-      Link l = attach_uprobe_multi(prog, t, &err);
-      if (l) {
-        links_.push_back(std::move(l));
-        sites_ += t.offsets.size();
-      } else {
-        attach_failures_ += t.offsets.size();
-      }
-      return;
-    }
-    for (size_t i = 0; i < t.offsets.size(); i++) {
-      Link l = attach_uprobe(prog, {t.path, t.offsets[i], t.pid, t.cookies[i], ret}, &err);
-      if (l) {
-        links_.push_back(std::move(l));
-        sites_++;
-      } else {
-        attach_failures_++;
-      }
-    }
-  };
-  if (!sites.offsets.empty()) {
-    for (pid_t pid : pids) {
-      sites.pid = pid;
-      attach(skel_->progs.gs_enter, sites, false);
-      if (!o_.hide_exits) attach(skel_->progs.gs_exit, sites, true);
-    }
+  AttachTally tally;
+  for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids) {
+    if (sites.offsets.empty()) break;
+    sites.pid = pid;
+    sites.retprobe = false;
+    attach_sites(skel_->progs.gs_enter, sites, multi_, links_, tally);
+    if (o_.hide_exits) continue;
+    sites.retprobe = true;
+    attach_sites(skel_->progs.gs_exit, sites, multi_, links_, tally);
   }
-  if (o_.verbose || (!err.empty() && links_.size() == before))
+  sites_ += tally.sites;
+  attach_failures_ += tally.failures;
+  if (o_.verbose || (!tally.err.empty() && links_.size() == before))
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in,
-            sites.offsets.size(), err.empty() ? "" : ", attach failed: ", err.c_str());
+            sites.offsets.size(), tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
 }
 
 void Tracer::attach_loaders(Discovery& disc) {

@@ -11,6 +11,7 @@
 
 #include "common/api.h"
 #include "common/events.h"
+#include "core/probes.h"
 #include "core/system.h"
 
 namespace gpuscope {
@@ -37,8 +38,6 @@ const gs_api_desc& api_desc(unsigned api);
 const char* layer_name(unsigned layer);
 // --api names, matching variants (cudaMemcpyAsync_ptsz -> cudaMemcpyAsync); throws UsageError.
 std::vector<bool> select_apis(const std::vector<std::string>& names, const std::string& layer);
-// Symbol suffixes that select the per-thread default stream variants.
-extern const char* const kApiVariantSuffixes[3];
 
 // Fills in `fields` from the API row and moves an exit's out value to its member.
 void normalize_event(gs_call_event& e);

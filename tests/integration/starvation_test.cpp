@@ -289,9 +289,14 @@ TEST(StarvationThread, BurnerAloneOnItsCpuIsCounted) {
 TEST(StarvationThread, PythonNamesFromThePerfMapInTheProcessOwnNamespace) {
   PinDir d;
   StandinFile f;
-  // --kill-child: killing unshare kills the namespace's init, our fixture.
+  // --kill-child: killing unshare kills the namespace's init, our fixture. The build tree may
+  // itself live under /tmp, which the tmpfs hides: the fixture is run through a descriptor of
+  // its directory opened before the mount (keeping its name, hence its comm).
+  std::string fixture = STARV_FIXTURE;
+  std::string dir = fixture.substr(0, fixture.rfind('/')), name = fixture.substr(fixture.rfind('/') + 1);
   Fixture fx({"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private",
-              "sh", "-c", std::string("mount -t tmpfs tmpfs /tmp && exec ") + STARV_FIXTURE + " burn"});
+              "sh", "-c",
+              "exec 3<'" + dir + "' && mount -t tmpfs tmpfs /tmp && exec /proc/self/fd/3/" + name + " burn"});
   ASSERT_EQ(fx.pid(), 1) << "pid 1 of its namespace";
   std::string children = gpuscope::read_file(fmt::format("/proc/{}/task/{}/children", fx.p->pid(), fx.p->pid()));
   int host_pid = atoi(children.c_str());
