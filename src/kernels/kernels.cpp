@@ -557,10 +557,7 @@ int Kernels::run() {
   set_libbpf_verbose(o_.verbose);
   skel_.reset(kernels_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  if (!o_.comm.empty()) {
-    skel_->rodata->filter_comm = true;
-    strncpy(const_cast<char*>(skel_->rodata->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
-  }
+  set_comm_filter(skel_->rodata, o_.comm);
   if (int err = kernels_bpf__load(skel_.get()))
     throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
                      " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");

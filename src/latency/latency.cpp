@@ -62,28 +62,12 @@ class Latency {
 };
 
 void Latency::open_and_load() {
-  for (bool multi : {true, false}) {
-    skel_.reset(latency_bpf__open());
-    if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-    auto* ro = skel_->rodata;
+  multi_ = open_and_load_uprobes(skel_, latency_bpf__open, latency_bpf__load, [&](latency_bpf* skel) {
+    auto* ro = skel->rodata;
     ro->per_process = o_.per_process;
-    if (!o_.comm.empty()) {
-      ro->filter_comm = true;
-      strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
-    }
-    if (multi) {
-      prepare_uprobe_multi(skel_->progs.gs_lat_enter);
-      prepare_uprobe_multi(skel_->progs.gs_lat_exit);
-    }
-    int err = latency_bpf__load(skel_.get());
-    if (err == 0) {
-      multi_ = multi;
-      break;
-    }
-    if (!multi)
-      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
-                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
-  }
+    set_comm_filter(ro, o_.comm);
+    return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
+  });
 }
 
 void Latency::attach_object(const CudaObject& obj) {

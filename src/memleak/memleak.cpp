@@ -182,30 +182,13 @@ class Memleak {
 };
 
 void Memleak::open_and_load() {
-  // uprobe_multi where the kernel has it (6.6+), one perf-event uprobe per site elsewhere.
-  for (bool multi : {true, false}) {
-    skel_.reset(memleak_bpf__open());
-    if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-    auto* ro = skel_->rodata;
-    if (!o_.comm.empty()) {
-      ro->filter_comm = true;
-      strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
-    }
+  multi_ = open_and_load_uprobes(skel_, memleak_bpf__open, memleak_bpf__load, [&](memleak_bpf* skel) {
+    auto* ro = skel->rodata;
+    set_comm_filter(ro, o_.comm);
     ro->capture_stacks = o_.stacks;
-    if (o_.stacks) bpf_map__set_max_entries(skel_->maps.ml_stacks, GS_ML_MAX_ALLOCS);
-    if (multi) {
-      prepare_uprobe_multi(skel_->progs.ml_enter);
-      prepare_uprobe_multi(skel_->progs.ml_exit);
-    }
-    int err = memleak_bpf__load(skel_.get());
-    if (err == 0) {
-      multi_ = multi;
-      break;
-    }
-    if (!multi)
-      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
-                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
-  }
+    if (o_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, GS_ML_MAX_ALLOCS);
+    return std::vector<bpf_program*>{skel->progs.ml_enter, skel->progs.ml_exit};
+  });
   if (bpf_link* l = bpf_program__attach(skel_->progs.ml_proc_exit))
     links_.emplace_back(l);
   else

@@ -65,33 +65,16 @@ class Tracer {
 };
 
 void Tracer::open_and_load() {
-  // uprobe_multi where the kernel has it (6.6+), one perf-event uprobe per site elsewhere.
-  for (bool multi : {true, false}) {
-    skel_.reset(trace_bpf__open());
-    if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-    auto* ro = skel_->rodata;
+  multi_ = open_and_load_uprobes(skel_, trace_bpf__open, trace_bpf__load, [&](trace_bpf* skel) {
+    auto* ro = skel->rodata;
     ro->emit_exit = !o_.hide_exits;
     ro->emit_enter = true;
-    if (!o_.comm.empty()) {
-      ro->filter_comm = true;
-      strncpy(const_cast<char*>(ro->target_comm), o_.comm.c_str(), GS_COMM_LEN - 1);
-    }
+    set_comm_filter(ro, o_.comm);
     ro->wakeup_bytes = std::min<uint64_t>(64 * 1024, o_.ringbuf_kb * 1024u / 4);
-    if (bpf_map__set_max_entries(skel_->maps.events, o_.ringbuf_kb * 1024u) != 0)
+    if (bpf_map__set_max_entries(skel->maps.events, o_.ringbuf_kb * 1024u) != 0)
       throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(o_.ringbuf_kb) + " KiB");
-    if (multi) {
-      prepare_uprobe_multi(skel_->progs.gs_enter);
-      prepare_uprobe_multi(skel_->progs.gs_exit);
-    }
-    int err = trace_bpf__load(skel_.get());
-    if (err == 0) {
-      multi_ = multi;
-      break;
-    }
-    if (!multi)
-      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
-                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
-  }
+    return std::vector<bpf_program*>{skel->progs.gs_enter, skel->progs.gs_exit};
+  });
   if (bpf_link* l = bpf_program__attach(skel_->progs.gs_exec))
     links_.emplace_back(l);
   else
