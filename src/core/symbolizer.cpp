@@ -40,13 +40,13 @@ struct Symbolizer::SymTable {
     std::string name;
   };
   std::vector<Sym> syms;
-  const std::string* find(uint64_t off) const {
+  const Sym* find(uint64_t off) const {
     auto it = std::upper_bound(syms.begin(), syms.end(), off, [](uint64_t o, const Sym& s) { return o < s.offset; });
     if (it == syms.begin()) return nullptr;
     --it;
     // A sized symbol must contain the address; an unsized one reaches to the next symbol.
     if (it->size && off >= it->offset + it->size) return nullptr;
-    return &it->name;
+    return &*it;
   }
 };
 
@@ -69,11 +69,12 @@ struct Symbolizer::Process {
   off_t perf_size = -1;
   Clock::time_point perf_at{};
 
+  // Keeps what it had when the process is gone: stacks of exited processes still resolve.
   void read_maps(pid_t pid) {
-    maps.clear();
     maps_at = Clock::now();
     FILE* f = fopen(fmt::format("/proc/{}/maps", pid).c_str(), "re");
     if (!f) return;
+    std::vector<Mapping> fresh;
     char line[4096];
     while (fgets(line, sizeof line, f)) {
       uint64_t start, end, pgoff, inode;
@@ -88,18 +89,26 @@ struct Symbolizer::Process {
       Mapping m{start, end, pgoff, path, {}, nullptr, false};
       // A file mapping has an inode; [vdso], JIT pages and [anon:...] do not.
       if (inode && !path.empty() && path[0] == '/') m.key = fmt::format("{}:{}", dev, inode);
-      maps.push_back(std::move(m));
+      fresh.push_back(std::move(m));
     }
     fclose(f);
-    std::sort(maps.begin(), maps.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
+    if (fresh.empty()) return;  // a zombie has no mappings left
+    std::sort(fresh.begin(), fresh.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
+    for (auto& m : fresh)  // symbol tables already loaded stay with their mapping
+      if (Mapping* old = find_in(maps, m.start); old && old->key == m.key && old->end == m.end) {
+        m.table = old->table;
+        m.tried = old->tried;
+      }
+    maps = std::move(fresh);
   }
 
-  Mapping* find(uint64_t addr) {
-    auto it = std::upper_bound(maps.begin(), maps.end(), addr, [](uint64_t a, const Mapping& m) { return a < m.start; });
-    if (it == maps.begin()) return nullptr;
+  static Mapping* find_in(std::vector<Mapping>& v, uint64_t addr) {
+    auto it = std::upper_bound(v.begin(), v.end(), addr, [](uint64_t a, const Mapping& m) { return a < m.start; });
+    if (it == v.begin()) return nullptr;
     --it;
     return addr < it->end ? &*it : nullptr;
   }
+  Mapping* find(uint64_t addr) { return find_in(maps, addr); }
 
   // CPython's -X perf and JITs append to the map as they go: re-read it when it changed.
   void refresh_perf_map() {
@@ -182,7 +191,7 @@ static std::string base_name(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address) {
+std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool with_offset) {
   Process& p = process(pid);
   uint64_t a = return_address && addr ? addr - 1 : addr;
   Process::Mapping* m = p.find(a);
@@ -197,12 +206,36 @@ std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address) {
     }
     uint64_t off = a - m->start + m->pgoff;
     if (m->table)
-      if (const std::string* n = m->table->find(off)) return *n;
+      if (const SymTable::Sym* s = m->table->find(off))
+        return with_offset ? fmt::format("{}+{:#x} ({})", s->name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
+                           : s->name;
     return fmt::format("{}+{:#x}", base_name(m->path), off);
   }
   if (const std::string* n = p.perf_find(a)) return *n;
   if (m && !m->path.empty()) return fmt::format("{}+{:#x}", m->path, a - m->start);
   return fmt::format("{:#x}", addr);
+}
+
+bool Symbolizer::snapshot(pid_t pid) {
+  procs_.erase(pid);
+  Process& p = process(pid);
+  if (p.maps.empty()) {
+    procs_.erase(pid);
+    return false;
+  }
+  // Symbol tables are read now, while /proc/PID/root still leads to the process's files.
+  for (auto& m : p.maps)
+    if (!m.key.empty() && !m.tried) {
+      m.tried = true;
+      m.table = table(pid, m.path, m.key);
+    }
+  return true;
+}
+
+std::vector<pid_t> Symbolizer::pids() const {
+  std::vector<pid_t> r;
+  for (auto& [pid, _] : procs_) r.push_back(pid);
+  return r;
 }
 
 std::vector<std::string> Symbolizer::user_stack(pid_t pid, const uint64_t* ips, size_t n) {

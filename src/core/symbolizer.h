@@ -20,12 +20,18 @@ class Symbolizer {
   Symbolizer();
   ~Symbolizer();
   // One frame of pid. `return_address`: the address follows a call (every frame but the first
-  // of a stack), so the call itself is looked up.
-  std::string user(pid_t pid, uint64_t addr, bool return_address = false);
+  // of a stack), so the call itself is looked up. `with_offset`: "name+0xoff (module)" rather
+  // than the bare name (which flame graphs want, so that frames of one function merge).
+  std::string user(pid_t pid, uint64_t addr, bool return_address = false, bool with_offset = false);
   // A stack as a BPF stack map stores it: innermost first, 0-terminated.
   std::vector<std::string> user_stack(pid_t pid, const uint64_t* ips, size_t n);
   std::string kernel(uint64_t addr);
   std::vector<std::string> kernel_stack(const uint64_t* ips, size_t n);
+  // Reads the process's mappings and their symbol tables now, so that its stacks still resolve
+  // after it exits; false when it is already gone.
+  bool snapshot(pid_t pid);
+  bool has(pid_t pid) const { return procs_.count(pid) > 0; }
+  std::vector<pid_t> pids() const;
   // The process has exited: drop what was read for it.
   void forget(pid_t pid);
 

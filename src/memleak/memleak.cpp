@@ -20,7 +20,7 @@
 #include "memleak.skel.h"
 #include "memleak/memleak.h"
 #include "memleak/memleak_cmd.h"
-#include "memleak/stack_symbols.h"
+#include "core/symbolizer.h"
 #include "trace/trace.h"
 
 namespace gpuscope {
@@ -172,7 +172,7 @@ class Memleak {
   std::unique_ptr<memleak_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   Writer out_;
-  StackSymbols stacks_;
+  Symbolizer stacks_;  // snapshots maps and symbols while a process lives
   std::vector<Ending> pending_;
   std::set<pid_t> dying_;
   std::map<uint32_t, std::string> comms_;
@@ -309,7 +309,7 @@ json Memleak::leak_row(const gs_ml_key& k, const gs_ml_alloc& a, uint64_t now, c
         // A frame-pointer walk that leaves code built without frame pointers (libc's start
         // code) reads data as the next return address: stop at one no user mapping can hold.
         if (!ip || ip >= 0x800000000000ULL) break;
-        j["stack"].push_back(stacks_.frame(static_cast<pid_t>(k.pid), ip));
+        j["stack"].push_back(stacks_.user(static_cast<pid_t>(k.pid), ip, true, true));
       }
   }
   return j;
