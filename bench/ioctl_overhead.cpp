@@ -14,7 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "bg_proc.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/system.h"
 #include "ioctl_empty.skel.h"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "bg_proc.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
@@ -17,23 +17,6 @@
 #include "trace/trace.h"
 
 using namespace gpuscope;
-
-namespace {
-
-double ns_per_call(const std::string& workload) {
-  static const std::regex re(R"(ns_per_call=([0-9.]+))");
-  std::string out;
-  if (FILE* p = popen(workload.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
-  return std::stod(m[1]);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpuscope kernels overhead against bare uprobes on the same sites"};
@@ -68,35 +51,28 @@ int main(int argc, char** argv) {
         if (auto* s = syms.find(std::string(name) + suf)) sites.push_back({lib, s->file_offset, exit});
   }
   const std::vector<std::string> modes{"none", "bare", "kernels"};
-  std::map<std::string, std::vector<double>> samples;
-  for (int r = 0; r < rounds; r++)
-    for (auto& m : modes) {
-      double v;
-      if (m == "none") {
-        v = ns_per_call(workload);
-      } else if (m == "bare") {
-        std::vector<Link> links;
-        std::string err;
-        for (auto& s : sites) {
-          links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
-          if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
-        }
-        if (!err.empty()) throw std::runtime_error("attach: " + err);
-        v = ns_per_call(workload);
-        destroy_links(links);
-      } else {
-        std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
-        for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-        BgProc p(a, "gpuscope: counting");
-        v = ns_per_call(workload);
+  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
+    double v;
+    if (m == "none") {
+      v = ns_per_call(workload);
+    } else if (m == "bare") {
+      std::vector<Link> links;
+      std::string err;
+      for (auto& s : sites) {
+        links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
+        if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
       }
-      samples[m].push_back(v);
+      if (!err.empty()) throw std::runtime_error("attach: " + err);
+      v = ns_per_call(workload);
+      destroy_links(links);
+    } else {
+      std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
+      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+      BgProc p(a, "gpuscope: counting");
+      v = ns_per_call(workload);
     }
-  std::map<std::string, double> med;
-  for (auto& [m, v] : samples) {
-    std::sort(v.begin(), v.end());
-    med[m] = v[v.size() / 2];
-  }
+    return v;
+  });
   double added = (med["kernels"] - med["none"]) / (med["bare"] - med["none"]);
   double total = med["kernels"] / med["bare"];
   if (json_out) {

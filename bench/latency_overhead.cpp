@@ -9,30 +9,13 @@
 #include <regex>
 
 #include "bare.skel.h"
-#include "bg_proc.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
 #include "trace/trace.h"
 
 using namespace gpuscope;
-
-namespace {
-
-double ns_per_call(const std::string& workload) {
-  static const std::regex re(R"(ns_per_call=([0-9.]+))");
-  std::string out;
-  if (FILE* p = popen(workload.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
-  return std::stod(m[1]);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpuscope latency overhead against bare uprobe+uretprobe pairs"};
@@ -73,37 +56,29 @@ int main(int argc, char** argv) {
   std::string api_list;
   for (auto& a : apis) api_list += (api_list.empty() ? "" : ",") + a;
   const std::vector<std::string> modes{"none", "bare_pair", "latency"};
-  std::map<std::string, std::vector<double>> samples;
-  for (int r = 0; r < rounds; r++) {
-    for (auto& m : modes) {
-      double v;
-      if (m == "none") {
-        v = ns_per_call(workload);
-      } else if (m == "bare_pair") {
-        std::vector<Link> links;
-        for (auto& [path, offs] : sites)
-          for (bool ret : {false, true}) {
-            UprobeMultiTarget t{path, offs, std::vector<uint64_t>(offs.size(), 0), -1, ret};
-            std::string err;
-            links.push_back(attach_uprobe_multi(ret ? bare->progs.bare_exit : bare->progs.bare_enter, t, &err));
-            if (!err.empty()) throw std::runtime_error("attach " + path + ": " + err);
-          }
-        v = ns_per_call(workload);
-        destroy_links(links);
-      } else {
-        std::vector<std::string> a{gpuscope, "latency", "--api", api_list};
-        for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-        BgProc p(a, "gpuscope: timing");
-        v = ns_per_call(workload);
-      }
-      samples[m].push_back(v);
+  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
+    double v;
+    if (m == "none") {
+      v = ns_per_call(workload);
+    } else if (m == "bare_pair") {
+      std::vector<Link> links;
+      for (auto& [path, offs] : sites)
+        for (bool ret : {false, true}) {
+          UprobeMultiTarget t{path, offs, std::vector<uint64_t>(offs.size(), 0), -1, ret};
+          std::string err;
+          links.push_back(attach_uprobe_multi(ret ? bare->progs.bare_exit : bare->progs.bare_enter, t, &err));
+          if (!err.empty()) throw std::runtime_error("attach " + path + ": " + err);
+        }
+      v = ns_per_call(workload);
+      destroy_links(links);
+    } else {
+      std::vector<std::string> a{gpuscope, "latency", "--api", api_list};
+      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+      BgProc p(a, "gpuscope: timing");
+      v = ns_per_call(workload);
     }
-  }
-  std::map<std::string, double> med;
-  for (auto& [m, v] : samples) {
-    std::sort(v.begin(), v.end());
-    med[m] = v[v.size() / 2];
-  }
+    return v;
+  });
   double added = (med["latency"] - med["none"]) / (med["bare_pair"] - med["none"]);
   double total = med["latency"] / med["bare_pair"];
   if (json_out) {

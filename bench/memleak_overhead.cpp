@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "bg_proc.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
@@ -22,18 +22,6 @@ using namespace gpuscope;
 
 namespace {
 
-double ns_per_call(const std::string& workload) {
-  static const std::regex re(R"(ns_per_call=([0-9.]+))");
-  std::string out;
-  if (FILE* p = popen(workload.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
-  return std::stod(m[1]);
-}
 
 #define GS_ML_SITE_NAME(id, sym, role, layer, cat) #sym,
 constexpr const char* kSites[] = {GS_ML_SITES(GS_ML_SITE_NAME)};
@@ -84,41 +72,34 @@ int main(int argc, char** argv) {
     targets.push_back(std::move(t));
   }
   const std::vector<std::string> modes{"none", "bare", "memleak"};
-  std::map<std::string, std::vector<double>> samples;
-  for (int r = 0; r < rounds; r++)
-    for (auto& m : modes) {
-      double v;
-      if (m == "none") {
-        v = ns_per_call(workload);
-      } else if (m == "bare") {
-        std::vector<Link> links;
-        std::string err;
-        for (auto& t : targets)
-          for (bool ret : {false, true}) {
-            bpf_program* prog = ret ? bare->progs.bare_exit : bare->progs.bare_enter;
-            t.retprobe = ret;
-            if (multi)
-              links.push_back(attach_uprobe_multi(prog, t, &err));
-            else
-              for (size_t i = 0; i < t.offsets.size(); i++)
-                links.push_back(attach_uprobe(prog, {t.path, t.offsets[i], -1, 0, ret}, &err));
-          }
-        if (!err.empty()) throw std::runtime_error("attach: " + err);
-        v = ns_per_call(workload);
-        destroy_links(links);
-      } else {
-        std::vector<std::string> a{gpuscope, "memleak", "--interval", "1"};
-        for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-        BgProc p(a, "gpuscope: tracking");
-        v = ns_per_call(workload);
-      }
-      samples[m].push_back(v);
+  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
+    double v;
+    if (m == "none") {
+      v = ns_per_call(workload);
+    } else if (m == "bare") {
+      std::vector<Link> links;
+      std::string err;
+      for (auto& t : targets)
+        for (bool ret : {false, true}) {
+          bpf_program* prog = ret ? bare->progs.bare_exit : bare->progs.bare_enter;
+          t.retprobe = ret;
+          if (multi)
+            links.push_back(attach_uprobe_multi(prog, t, &err));
+          else
+            for (size_t i = 0; i < t.offsets.size(); i++)
+              links.push_back(attach_uprobe(prog, {t.path, t.offsets[i], -1, 0, ret}, &err));
+        }
+      if (!err.empty()) throw std::runtime_error("attach: " + err);
+      v = ns_per_call(workload);
+      destroy_links(links);
+    } else {
+      std::vector<std::string> a{gpuscope, "memleak", "--interval", "1"};
+      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+      BgProc p(a, "gpuscope: tracking");
+      v = ns_per_call(workload);
     }
-  std::map<std::string, double> med;
-  for (auto& [m, v] : samples) {
-    std::sort(v.begin(), v.end());
-    med[m] = v[v.size() / 2];
-  }
+    return v;
+  });
   double added = (med["memleak"] - med["none"]) / (med["bare"] - med["none"]);
   double total = med["memleak"] / med["bare"];
   if (json_out) {

@@ -23,7 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bg_proc.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/system.h"
 #include "starvation_empty.skel.h"

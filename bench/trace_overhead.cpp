@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bare.skel.h"
+#include "harness.h"
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
@@ -30,24 +31,6 @@
 using namespace gpuscope;
 
 namespace {
-
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  return out;
-}
-
-double ns_per_call(const std::string& workload) {
-  static const std::regex re(R"(ns_per_call=([0-9.]+))");
-  std::string out = run_capture(workload);
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
-  return std::stod(m[1]);
-}
 
 struct Sites {
   std::string path;
@@ -68,43 +51,6 @@ std::vector<Sites> sites_of(const std::vector<std::string>& libs) {
   }
   return out;
 }
-
-// gpuscope trace in the background, output discarded; stops on destruction.
-class TraceProc {
- public:
-  TraceProc(const std::string& bin, const std::vector<std::string>& libs, bool entry_only) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe");
-    pid_ = fork();
-    if (pid_ == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 1);
-      dup2(fds[1], 2);
-      close(fds[0]);
-      std::vector<std::string> a{bin, "trace", "--json"};
-      if (entry_only) a.push_back("-r");
-      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-      std::vector<char*> argv;
-      for (auto& s : a) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    std::string err;
-    char c;
-    while (err.find("tracing") == std::string::npos && read(fds[0], &c, 1) == 1) err += c;
-    close(fds[0]);
-    if (err.find("tracing") == std::string::npos) throw std::runtime_error("gpuscope did not start: " + err);
-  }
-  ~TraceProc() {
-    kill(pid_, SIGINT);
-    waitpid(pid_, nullptr, 0);
-  }
-
- private:
-  pid_t pid_;
-};
 
 }  // namespace
 
@@ -146,28 +92,23 @@ int main(int argc, char** argv) {
   };
 
   const std::vector<std::string> modes{"none", "bare_entry", "trace_entry", "bare_pair", "trace_full"};
-  std::map<std::string, std::vector<double>> samples;
-  for (int r = 0; r < rounds; r++) {
-    for (auto& m : modes) {
-      double v;
-      if (m == "none") {
-        v = ns_per_call(workload);
-      } else if (m.rfind("bare", 0) == 0) {
-        auto links = attach_bare(m == "bare_pair");
-        v = ns_per_call(workload);
-        destroy_links(links);
-      } else {
-        TraceProc t(gpuscope, libs, m == "trace_entry");
-        v = ns_per_call(workload);
-      }
-      samples[m].push_back(v);
+  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
+    double v;
+    if (m == "none") {
+      v = ns_per_call(workload);
+    } else if (m.rfind("bare", 0) == 0) {
+      auto links = attach_bare(m == "bare_pair");
+      v = ns_per_call(workload);
+      destroy_links(links);
+    } else {
+      std::vector<std::string> a{gpuscope, "trace", "--json"};
+      if (m == "trace_entry") a.push_back("-r");
+      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+      BgProc t(a, "tracing");
+      v = ns_per_call(workload);
     }
-  }
-  std::map<std::string, double> med;
-  for (auto& [m, v] : samples) {
-    std::sort(v.begin(), v.end());
-    med[m] = v[v.size() / 2];
-  }
+    return v;
+  });
   auto added = [&](const std::string& m) { return med[m] - med["none"]; };
   double entry_ratio = added("trace_entry") / added("bare_entry");
   double full_ratio = added("trace_full") / added("bare_pair");

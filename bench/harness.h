@@ -1,0 +1,81 @@
+#pragma once
+// What the overhead benchmarks share: gpuscope in the background, a workload's time per
+// call, and modes interleaved round by round with the median of each reported.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// A gpuscope command in the background, stdout discarded; ready once `needle` shows on
+// stderr; stopped with SIGINT on destruction.
+
+class BgProc {
+ public:
+  BgProc(std::vector<std::string> argv, const std::string& needle) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      std::vector<char*> a;
+      for (auto& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    std::string err;
+    char c;
+    while (err.find(needle) == std::string::npos && read(fds[0], &c, 1) == 1) err += c;
+    close(fds[0]);
+    if (err.find(needle) == std::string::npos) throw std::runtime_error("gpuscope did not start: " + err);
+  }
+  ~BgProc() {
+    kill(pid_, SIGINT);
+    waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// Runs the workload command; its output must hold "ns_per_call=X".
+inline double ns_per_call(const std::string& workload) {
+  static const std::regex re(R"(ns_per_call=([0-9.]+))");
+  std::string out;
+  if (FILE* p = popen(workload.c_str(), "r")) {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  std::smatch m;
+  if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
+  return std::stod(m[1]);
+}
+
+// measure(mode) for every mode, round after round (so that drift on a busy machine hits every
+// mode alike); the median of each mode's rounds.
+inline std::map<std::string, double> interleaved_medians(int rounds, const std::vector<std::string>& modes,
+                                                         const std::function<double(const std::string&)>& measure) {
+  std::map<std::string, std::vector<double>> samples;
+  for (int r = 0; r < rounds; r++)
+    for (auto& m : modes) samples[m].push_back(measure(m));
+  std::map<std::string, double> med;
+  for (auto& [m, v] : samples) {
+    std::sort(v.begin(), v.end());
+    med[m] = v[v.size() / 2];
+  }
+  return med;
+}
