@@ -20,6 +20,7 @@
 #include "bridge_layout.skel.h"
 #include "core/clock.h"
 #include "core/system.h"
+#include "bridge_fixture.h"
 #include "harness.h"
 
 #include <fmt/format.h>
@@ -32,47 +33,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const char* const kPins[] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
-
 struct Fd {
   int fd;
   explicit Fd(int f) : fd(f) {}
   ~Fd() {
     if (fd >= 0) close(fd);
   }
-};
-
-// A fresh directory on bpffs for one test's pins, removed with them afterwards.
-struct PinDir {
-  std::string path;
-  PinDir() {
-    static int n = 0;
-    EXPECT_TRUE(gpuscope::ensure_bpffs());
-    path = "/sys/fs/bpf/gstest-bridge-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    mkdir(path.c_str(), 0700);
-  }
-  ~PinDir() {
-    for (auto* p : kPins) unlink((path + "/" + p).c_str());
-    rmdir(path.c_str());
-  }
-  std::string pin(const char* name) const { return path + "/" + name; }
-  int entries() const { return static_cast<int>(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
-};
-
-// The stand-in's answers; replaced by rename so the stand-in never reads half a file.
-struct StandinFile {
-  std::string path;
-  StandinFile() {
-    static int n = 0;
-    path = "/tmp/gstest-nvml-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".txt";
-  }
-  ~StandinFile() { unlink(path.c_str()); }
-  void write(const std::string& text) const {
-    std::string tmp = path + ".new";
-    std::ofstream(tmp) << text;
-    fs::rename(tmp, path);
-  }
-  std::string env() const { return "NVML_STANDIN_FILE=" + path; }
 };
 
 const char* const kTwoDevices =
@@ -432,7 +398,7 @@ TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
   auto first = std::make_unique<Bridge>(d, f);
   EXPECT_NE(map_id(d.pin(GPU_PIN_PER_PID)), odd_id);
   uint32_t ids[4];
-  for (int i = 0; i < 4; i++) ids[i] = map_id(d.pin(kPins[i]));
+  for (int i = 0; i < 4; i++) ids[i] = map_id(d.pin(kBridgePins[i]));
   // A consumer that opened the maps before the crash.
   Fd meta_fd(bpf_obj_get(d.pin(GPU_PIN_META).c_str())), dev_fd(bpf_obj_get(d.pin(GPU_PIN_DEVICE).c_str()));
   first->p.signal(SIGKILL);
@@ -446,7 +412,7 @@ TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
   f.write(std::string(kTwoDevices) + "device 0 util 55\n");
   Bridge second(d, f);
   EXPECT_NE(second.p.err().find("taken over in place"), std::string::npos) << second.p.err();
-  for (int i = 0; i < 4; i++) EXPECT_EQ(map_id(d.pin(kPins[i])), ids[i]) << kPins[i];
+  for (int i = 0; i < 4; i++) EXPECT_EQ(map_id(d.pin(kBridgePins[i])), ids[i]) << kBridgePins[i];
   wait_ticks(d, 1);
   ASSERT_EQ(bpf_map_lookup_elem(meta_fd.fd, &zero, &m), 0);
   EXPECT_GT(m.last_update_boottime_ns, dead);

@@ -22,6 +22,7 @@
 
 #include "bridge/bridge_maps.h"
 #include "core/system.h"
+#include "bridge_fixture.h"
 #include "harness.h"
 
 using namespace gstest;
@@ -29,38 +30,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
-
-const char* const kPins[] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
-
-struct PinDir {
-  std::string path;
-  PinDir() {
-    static int n = 0;
-    EXPECT_TRUE(gpuscope::ensure_bpffs());
-    path = "/sys/fs/bpf/gstest-starv-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    mkdir(path.c_str(), 0700);
-  }
-  ~PinDir() {
-    for (auto* p : kPins) unlink((path + "/" + p).c_str());
-    rmdir(path.c_str());
-  }
-};
-
-// The stand-in's answers, replaced by rename so the stand-in never reads half a file.
-struct StandinFile {
-  std::string path;
-  StandinFile() {
-    static int n = 0;
-    path = "/tmp/gstest-starv-nvml-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".txt";
-  }
-  ~StandinFile() { unlink(path.c_str()); }
-  void write(const std::string& text) const {
-    std::string tmp = path + ".new";
-    std::ofstream(tmp) << text;
-    fs::rename(tmp, path);
-  }
-  std::string env() const { return "NVML_STANDIN_FILE=" + path; }
-};
 
 struct Bridge {
   Process p;
