@@ -35,6 +35,15 @@ void add_common(CLI::App* cmd, Common& c) {
   cmd->add_flag("-v,--verbose", c.verbose, "Show libbpf's messages and attach details");
 }
 
+// The shared flags, into a subcommand's options.
+template <class Options>
+Options& with_common(Options& o, const Common& c) {
+  o.duration_s = c.duration;
+  o.json = c.json;
+  o.verbose = c.verbose;
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,55 +196,17 @@ int main(int argc, char** argv) {
   StopControl::install_signal_handlers();
   try {
     if (trace->parsed()) {
-      topt.duration_s = common.duration;
-      topt.json = common.json;
-      topt.verbose = common.verbose;
       unsigned kb = topt.ringbuf_kb;
       if (kb & (kb - 1)) throw UsageError("--ringbuf-kb must be a power of two");
-      return run_trace(topt);
+      return run_trace(with_common(topt, common));
     }
-    if (latency->parsed()) {
-      lopt.duration_s = common.duration;
-      lopt.json = common.json;
-      lopt.verbose = common.verbose;
-      return run_latency(lopt);
-    }
-    if (kernels->parsed()) {
-      kopt.duration_s = common.duration;
-      kopt.json = common.json;
-      kopt.verbose = common.verbose;
-      return run_kernels(kopt);
-    }
-    if (memleak->parsed()) {
-      mopt.duration_s = common.duration;
-      mopt.json = common.json;
-      mopt.verbose = common.verbose;
-      return run_memleak(mopt);
-    }
-    if (starvation->parsed()) {
-      sopt.duration_s = common.duration;
-      sopt.json = common.json;
-      sopt.verbose = common.verbose;
-      return run_starvation(sopt);
-    }
-    if (bridge->parsed()) {
-      bopt.duration_s = common.duration;
-      bopt.json = common.json;
-      bopt.verbose = common.verbose;
-      return run_bridge(bopt);
-    }
-    if (ioctl->parsed()) {
-      iopt.duration_s = common.duration;
-      iopt.json = common.json;
-      iopt.verbose = common.verbose;
-      return run_ioctl(iopt);
-    }
-    if (uvm->parsed()) {
-      uopt.duration_s = common.duration;
-      uopt.json = common.json;
-      uopt.verbose = common.verbose;
-      return run_uvm(uopt);
-    }
+    if (latency->parsed()) return run_latency(with_common(lopt, common));
+    if (kernels->parsed()) return run_kernels(with_common(kopt, common));
+    if (memleak->parsed()) return run_memleak(with_common(mopt, common));
+    if (starvation->parsed()) return run_starvation(with_common(sopt, common));
+    if (bridge->parsed()) return run_bridge(with_common(bopt, common));
+    if (ioctl->parsed()) return run_ioctl(with_common(iopt, common));
+    if (uvm->parsed()) return run_uvm(with_common(uopt, common));
     if (doctor->parsed()) return run_doctor(dcommon.json || doctor_json);
   } catch (const UsageError& e) {
     fprintf(stderr, "gpuscope: %s\n", e.what());

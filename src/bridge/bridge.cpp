@@ -22,29 +22,12 @@
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/output.h"
+#include "core/fd.h"
 #include "core/system.h"
 
 namespace gpuscope {
 
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 struct MapSpec {
   const char* pin;

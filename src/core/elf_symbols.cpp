@@ -9,15 +9,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/fd.h"
+
 namespace gpuscope {
 
 namespace {
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
 struct ElfHandle {
   Elf* e;
   ~ElfHandle() {
@@ -28,9 +24,9 @@ struct ElfHandle {
 
 ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep) {
   elf_version(EV_CURRENT);
-  Fd fd{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) throw std::runtime_error(path + ": " + strerror(errno));
-  ElfHandle elf{elf_begin(fd.fd, ELF_C_READ_MMAP, nullptr)};
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) throw std::runtime_error(path + ": " + strerror(errno));
+  ElfHandle elf{elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr)};
   if (!elf.e || elf_kind(elf.e) != ELF_K_ELF) throw std::runtime_error(path + ": not an ELF file");
   GElf_Ehdr eh;
   if (!gelf_getehdr(elf.e, &eh)) throw std::runtime_error(path + ": bad ELF header");

@@ -35,6 +35,13 @@ struct AttachTally {
 void attach_sites(bpf_program* prog, const UprobeMultiTarget& t, bool multi, std::vector<Link>& links,
                   AttachTally& tally);
 
+// A uprobe on each newly found dynamic linker's _dl_debug_state (called around every dlopen
+// and dlclose), with `prog`, which marks the calling process for a rescan. Returns how many.
+size_t attach_loader_hooks(Discovery& disc, bpf_program* prog, std::vector<Link>& links, bool verbose);
+
+// Takes every pid out of a BPF hash keyed by u32 pid (the "maps changed" sets).
+std::vector<pid_t> take_pids(int map_fd);
+
 // -c COMM: the rodata of src/common/comm_filter.bpf.h.
 template <class Rodata>
 void set_comm_filter(Rodata* ro, const std::string& comm) {

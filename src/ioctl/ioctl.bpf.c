@@ -7,6 +7,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "ioctl/ioctl.h"
+#include "common/drops.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -58,22 +59,10 @@ struct {
 	__uint(max_entries, 1 << 20);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_IOCTL_DROP_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
+GS_DROP_COUNTERS(drops, GS_IOCTL_DROP_COUNT)
 
 /* Calls in flight host-wide: while zero, every exit returns without a map lookup. */
 __s64 pending = 0;
-
-static __always_inline void count_drop(__u32 why)
-{
-	__u64 *n = bpf_map_lookup_elem(&drops, &why);
-	if (n)
-		*n += 1;
-}
 
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 

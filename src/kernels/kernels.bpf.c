@@ -10,6 +10,7 @@
 #include "common/comm_filter.bpf.h"
 #include "common/uprobe_args.bpf.h"
 #include "kernels/kernels.h"
+#include "common/drops.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -76,19 +77,7 @@ struct {
 	__uint(max_entries, 1 << 18);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_K_DROP_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
-static __always_inline void count_drop(__u32 why)
-{
-	__u64 *n = bpf_map_lookup_elem(&drops, &why);
-	if (n)
-		*n += 1;
-}
+GS_DROP_COUNTERS(drops, GS_K_DROP_COUNT)
 
 static __always_inline __u64 return_address(struct pt_regs *ctx)
 {

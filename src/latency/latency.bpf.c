@@ -10,6 +10,7 @@
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "latency/latency.h"
+#include "common/drops.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -57,19 +58,7 @@ struct {
 	__type(value, __u64);
 } rets SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_LAT_DROP_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
-static __always_inline void count_drop(__u32 why)
-{
-	__u64 *n = bpf_map_lookup_elem(&drops, &why);
-	if (n)
-		*n += 1;
-}
+GS_DROP_COUNTERS(drops, GS_LAT_DROP_COUNT)
 
 static __always_inline void add(void *map, const void *key, __u64 v)
 {

@@ -11,6 +11,7 @@
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "memleak/memleak.h"
+#include "common/drops.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -92,12 +93,7 @@ struct {
 	__uint(max_entries, 1 << 18);
 } ml_events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_ML_DROP_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} ml_drops SEC(".maps");
+GS_DROP_COUNTERS(ml_drops, GS_ML_DROP_COUNT)
 
 /* Scratch: too large for the BPF stack. */
 struct {
@@ -113,13 +109,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct gs_ml_proc);
 } ml_proc_buf SEC(".maps");
-
-static __always_inline void count_drop(__u32 why)
-{
-	__u64 *n = bpf_map_lookup_elem(&ml_drops, &why);
-	if (n)
-		*n += 1;
-}
 
 static __always_inline struct gs_ml_proc *get_proc(__u32 pid)
 {

@@ -152,8 +152,6 @@ class Memleak {
  private:
   void open_and_load();
   void attach_object(const CudaObject& obj);
-  void attach_loaders(Discovery& disc);
-  std::vector<pid_t> changed_pids();
   void on_event(const gs_ml_event& e);
   void finish(const std::vector<Ending>& ends);
   void interval(bool last);
@@ -216,29 +214,6 @@ void Memleak::attach_object(const CudaObject& obj) {
   if (o_.verbose || !tally.err.empty())
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in, t.offsets.size(),
             tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
-}
-
-void Memleak::attach_loaders(Discovery& disc) {
-  for (const auto& ld : disc.take_new_loaders()) {
-    std::string err;
-    if (Link l = attach_uprobe(skel_->progs.ml_dl_change, {ld.open_path, ld.debug_state_offset, -1, 0, false}, &err)) {
-      links_.push_back(std::move(l));
-      loader_hooks_++;
-    } else if (o_.verbose) {
-      fprintf(stderr, "gpuscope: cannot watch dlopen in %s: %s\n", ld.open_path.c_str(), err.c_str());
-    }
-  }
-}
-
-std::vector<pid_t> Memleak::changed_pids() {
-  std::vector<pid_t> pids;
-  int fd = bpf_map__fd(skel_->maps.ml_maps_changed);
-  for_each_entry<uint32_t, uint8_t>(fd, [&](uint32_t pid, uint8_t) { pids.push_back(static_cast<pid_t>(pid)); });
-  for (pid_t p : pids) {
-    uint32_t k = static_cast<uint32_t>(p);
-    bpf_map_delete_elem(fd, &k);
-  }
-  return pids;
 }
 
 const std::string& Memleak::comm_of(uint32_t pid) {
@@ -544,7 +519,7 @@ int Memleak::run() {
     for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
   for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
   for (const auto& obj : initial) attach_object(obj);
-  if (o_.pids.empty()) attach_loaders(disc);
+  if (o_.pids.empty()) loader_hooks_ += attach_loader_hooks(disc, skel_->progs.ml_dl_change, links_, o_.verbose);
   set_watch_point();
   if (o_.stacks)
     for (pid_t p : o_.pids) stacks_.snapshot(p);
@@ -570,7 +545,7 @@ int Memleak::run() {
     finish(pending_);
     pending_.clear();
     out_.flush();
-    auto changed = changed_pids();
+    auto changed = take_pids(bpf_map__fd(skel_->maps.ml_maps_changed));
     if (o_.stacks) {
       for (pid_t p : changed) stacks_.snapshot(p);
       for_each_entry<uint32_t, gs_ml_proc>(bpf_map__fd(skel_->maps.ml_procs), [&](uint32_t pid, const gs_ml_proc&) {
@@ -588,7 +563,7 @@ int Memleak::run() {
     if (now < next_full) continue;
     next_full = now + full_period;
     attach_new(disc.scan_processes());
-    if (o_.pids.empty()) attach_loaders(disc);
+    if (o_.pids.empty()) loader_hooks_ += attach_loader_hooks(disc, skel_->progs.ml_dl_change, links_, o_.verbose);
     if (!o_.pids.empty()) {
       bool alive = false;
       for (pid_t p : o_.pids) alive |= pid_exists(p);

@@ -22,6 +22,7 @@
 #include "core/clock.h"
 #include "core/output.h"
 #include "core/symbolizer.h"
+#include "core/fd.h"
 #include "core/system.h"
 #include "starvation.skel.h"
 #include "starvation/flamegraph.h"
@@ -34,24 +35,6 @@ namespace {
 
 struct SkelDeleter {
   void operator()(starvation_bpf* s) const { starvation_bpf__destroy(s); }
-};
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_;
 };
 
 constexpr const char* kPins[4] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};

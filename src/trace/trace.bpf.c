@@ -7,6 +7,7 @@
 #include "common/events.h"
 #include "common/uprobe_args.bpf.h"
 #include "common/comm_filter.bpf.h"
+#include "common/drops.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -57,19 +58,7 @@ struct {
 	__uint(max_entries, 1 << 22);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_DROP_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
-static __always_inline void count_drop(__u32 why)
-{
-	__u64 *n = bpf_map_lookup_elem(&drops, &why);
-	if (n)
-		*n += 1;
-}
+GS_DROP_COUNTERS(drops, GS_DROP_COUNT)
 
 static __always_inline struct gs_call_event *reserve(__u64 id, __u16 api, __u8 layer, __u8 phase)
 {

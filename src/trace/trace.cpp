@@ -43,8 +43,6 @@ class Tracer {
   void open_and_load();
   void attach_object(const CudaObject& obj);
   void handle(const void* data, size_t size);
-  void attach_loaders(Discovery& disc);
-  std::vector<pid_t> changed_pids();
   void summary();
 
   const TraceOptions& o_;
@@ -100,37 +98,6 @@ void Tracer::attach_object(const CudaObject& obj) {
   if (o_.verbose || (!tally.err.empty() && links_.size() == before))
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in,
             sites.offsets.size(), tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
-}
-
-void Tracer::attach_loaders(Discovery& disc) {
-  for (const auto& ld : disc.take_new_loaders()) {
-    std::string err;
-    Link l = attach_uprobe(skel_->progs.gs_dl_change, {ld.open_path, ld.debug_state_offset, -1, 0, false}, &err);
-    if (l) {
-      links_.push_back(std::move(l));
-      loader_hooks_++;
-    } else if (o_.verbose) {
-      fprintf(stderr, "gpuscope: cannot watch dlopen in %s: %s\n", ld.open_path.c_str(), err.c_str());
-    }
-  }
-}
-
-// Pids the BPF side saw exec or dlopen/dlclose since the last call.
-std::vector<pid_t> Tracer::changed_pids() {
-  std::vector<pid_t> pids;
-  int fd = bpf_map__fd(skel_->maps.maps_changed);
-  uint32_t key, next;
-  uint32_t* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    pids.push_back(static_cast<pid_t>(next));
-    key = next;
-    prev = &key;
-  }
-  for (pid_t p : pids) {
-    uint32_t k = static_cast<uint32_t>(p);
-    bpf_map_delete_elem(fd, &k);
-  }
-  return pids;
 }
 
 void Tracer::handle(const void* data, size_t size) {
@@ -191,7 +158,7 @@ int Tracer::run() {
     for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
   for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
   for (const auto& obj : initial) attach_object(obj);
-  if (o_.pids.empty()) attach_loaders(disc);
+  if (o_.pids.empty()) loader_hooks_ += attach_loader_hooks(disc, skel_->progs.gs_dl_change, links_, o_.verbose);
 
   RingBuffer rb(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
   StopControl stop(o_.duration_s);
@@ -215,14 +182,14 @@ int Tracer::run() {
     out_.flush();
     auto now = std::chrono::steady_clock::now();
     if (event_driven) {
-      auto pids = changed_pids();
+      auto pids = take_pids(bpf_map__fd(skel_->maps.maps_changed));
       if (!pids.empty())
         for (const auto& obj : disc.scan_processes(&pids)) attach_object(obj);
     }
     if (now < next_full) continue;
     next_full = now + full_period;
     for (const auto& obj : disc.scan_processes()) attach_object(obj);
-    attach_loaders(disc);
+    loader_hooks_ += attach_loader_hooks(disc, skel_->progs.gs_dl_change, links_, o_.verbose);
     if (!o_.pids.empty()) {
       bool any = false;
       for (pid_t p : o_.pids) any |= pid_exists(p);
