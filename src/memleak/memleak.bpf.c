@@ -210,8 +210,7 @@ static __always_inline void record(struct pt_regs *ctx, struct gs_ml_proc *p, st
 			count_drop(GS_ML_DROP_ALLOCS_FULL);
 			return;
 		}
-		if (old->gen_ns == p->gen_ns)
-			account(p, old->category, -(__s64)old->size_bytes, -1);
+		account(p, old->category, -(__s64)old->size_bytes, -1);
 		if (bpf_map_update_elem(&ml_allocs, k, a, BPF_ANY) != 0) {
 			__sync_fetch_and_add(&p->allocs_untracked, 1);
 			return;
@@ -245,14 +244,12 @@ static __always_inline bool started_before_watch(void)
 static __always_inline void on_free(struct gs_ml_proc *p, __u32 pid, __u32 site, __u8 layer, __u32 space,
 				    __u64 ptr, __s32 ret)
 {
-	struct gs_ml_key k = {.pid = pid, .space = space, .addr = ptr};
+	struct gs_ml_key k = {.pid = pid, .space = space, .addr = ptr, .gen_ns = p->gen_ns};
 	struct gs_ml_alloc *a = bpf_map_lookup_elem(&ml_allocs, &k);
-	if (a && a->gen_ns != p->gen_ns)
-		a = NULL; /* left by an earlier life of this pid, not yet cleaned up */
 	bool freed_before = false;
 	if (!a) {
 		struct gs_ml_freed *f = bpf_map_lookup_elem(&ml_freed, &k);
-		freed_before = f && f->gen_ns == p->gen_ns;
+		freed_before = f != NULL;
 	}
 	if (ret != 0) {
 		__sync_fetch_and_add(&p->frees_failed, 1);
@@ -295,16 +292,16 @@ static __always_inline void on_unmap(struct gs_ml_proc *p, __u32 pid, __u64 va, 
 {
 	__u64 end = va + size;
 	for (int i = 0; i < GS_ML_UNMAP_SPAN && va < end; i++) {
-		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = va};
+		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = va, .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *m = bpf_map_lookup_elem(&ml_allocs, &mk);
 		if (!m)
 			return;
 		__u64 handle = m->handle, msize = m->size_bytes;
 		if (bpf_map_delete_elem(&ml_allocs, &mk) != 0)
 			return;
-		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = handle};
+		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = handle, .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
-		if (h && h->gen_ns == p->gen_ns) {
+		if (h) {
 			if (h->vmm_mappings > 0)
 				__sync_fetch_and_add(&h->vmm_mappings, -1);
 			if (h->vmm_released && h->vmm_mappings == 0)
@@ -368,7 +365,7 @@ int ml_exit(struct pt_regs *ctx)
 		__sync_fetch_and_add(&p->allocs_ok, 1);
 		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .gen_ns = p->gen_ns, .site = site,
 					.category = d->category, .layer = d->layer, .device = -1};
-		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR};
+		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR, .gen_ns = p->gen_ns};
 		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
 		a.size_bytes = st->arg[1];
 		if (d->role == GS_ML_ALLOC_PITCH) {
@@ -397,7 +394,7 @@ int ml_exit(struct pt_regs *ctx)
 		if (ret != 0)
 			return 0;
 		/* cuMemMap(ptr, size, offset, handle, flags) */
-		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0]};
+		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0], .gen_ns = p->gen_ns};
 		struct gs_ml_alloc m = {.size_bytes = st->arg[1], .ts_boot_ns = bpf_ktime_get_boot_ns(),
 					.gen_ns = p->gen_ns, .handle = st->arg[3], .site = site,
 					.category = GS_ML_VMM, .layer = d->layer, .device = -1};
@@ -405,9 +402,9 @@ int ml_exit(struct pt_regs *ctx)
 			count_drop(GS_ML_DROP_ALLOCS_FULL);
 			return 0;
 		}
-		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = st->arg[3]};
+		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = st->arg[3], .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
-		if (h && h->gen_ns == p->gen_ns)
+		if (h)
 			__sync_fetch_and_add(&h->vmm_mappings, 1);
 		return 0;
 	}

@@ -68,10 +68,13 @@ enum gs_ml_site { GS_ML_SITES(GS_ML_SITE_ENUM) GS_ML_SITE_COUNT };
  * virtual address a handle is mapped at. Frees of one kind never match another. */
 enum gs_ml_space { GS_ML_SPACE_ADDR, GS_ML_SPACE_HANDLE, GS_ML_SPACE_MAPPING };
 
+/* gen_ns keeps a pid's lives apart: after an exec the new image may get the old one's
+ * addresses before userspace has listed the old image's leaks. */
 struct gs_ml_key {
 	__u32 pid;
 	__u32 space; /* enum gs_ml_space */
 	__u64 addr;
+	__u64 gen_ns; /* gs_ml_proc.gen_ns of the owning life */
 };
 
 /* One live allocation (space ADDR), VMM handle (HANDLE) or VMM mapping (MAPPING). */
@@ -161,7 +164,7 @@ enum gs_ml_drop {
 
 #ifdef __cplusplus
 #include <cstddef>
-static_assert(sizeof(gs_ml_key) == 16);
+static_assert(sizeof(gs_ml_key) == 24);
 static_assert(sizeof(gs_ml_alloc) == 48);
 static_assert(offsetof(gs_ml_alloc, site) == 32);
 static_assert(offsetof(gs_ml_alloc, device) == 36);
