@@ -93,23 +93,19 @@ static __always_inline __u64 config_stream(__u64 config)
 	return s;
 }
 
-SEC("uprobe")
-int gs_k_launch(struct pt_regs *ctx)
+/* One program per launch site kind, so that the site is a constant here rather than a
+ * cookie read and branches on every launch. */
+static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
 {
-	__u32 site = (__u32)bpf_get_attach_cookie(ctx);
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	bool runtime = site <= GS_K_CUDA_GRAPH;
-	__u64 handle;
+	const bool runtime = site <= GS_K_CUDA_GRAPH;
+	__u64 handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? ctx->si : ctx->di;
+	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
+	struct thread_state *st;
 
-	if (!comm_matches())
-		return 0;
-	/* Both loads happen first: a ctx offset picked at run time does not pass the verifier. */
-	__u64 a0 = ctx->di, a1 = ctx->si;
-	asm volatile("" : "+r"(a0), "+r"(a1));
-	handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? a1 : a0;
-	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0,
-						       runtime ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 	if (runtime) {
+		if (!comm_matches())
+			return 0;
+		st = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!st) {
 			count_drop(GS_K_DROP_NO_STATE);
 			return 0;
@@ -118,15 +114,22 @@ int gs_k_launch(struct pt_regs *ctx)
 			return 0;
 		st->rt_handle = handle;
 		st->teach = 0;
-	} else if (st && st->rt_depth) {
-		/* Already counted at the runtime layer; keep what it teaches about names. */
-		if (st->teach && site != GS_K_CU_GRAPH && st->rt_handle != handle) {
-			struct gs_k_alias_key ak = {.pid = pid, .drv = handle};
-			bpf_map_update_elem(&aliases, &ak, &st->rt_handle, BPF_ANY);
+	} else {
+		/* A driver launch inside a runtime one is the same launch: this check comes first. */
+		st = bpf_task_storage_get(&threads, task, 0, 0);
+		if (st && st->rt_depth) {
+			/* Already counted at the runtime layer; keep what it teaches about names. */
+			if (st->teach && site != GS_K_CU_GRAPH && st->rt_handle != handle) {
+				struct gs_k_alias_key ak = {.pid = task->tgid, .drv = handle};
+				bpf_map_update_elem(&aliases, &ak, &st->rt_handle, BPF_ANY);
+			}
+			st->teach = 0;
+			return 0;
 		}
-		st->teach = 0;
-		return 0;
+		if (!comm_matches())
+			return 0;
 	}
+	__u32 pid = task->tgid;
 
 	if (captures_active > 0) {
 		struct capture_key ck = {.pid = pid};
@@ -162,10 +165,23 @@ int gs_k_launch(struct pt_regs *ctx)
 	__u8 one = 1;
 	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
 	/* A handle's first launch teaches its driver alias; later ones skip the map update. */
-	if (runtime && st)
+	if (runtime)
 		st->teach = 1;
 	return 0;
 }
+
+#define GS_K_LAUNCH_PROG(prog, site)                 \
+	SEC("uprobe")                                \
+	int prog(struct pt_regs *ctx)                \
+	{                                            \
+		return launch(ctx, site);            \
+	}
+GS_K_LAUNCH_PROG(gs_k_cuda_launch, GS_K_CUDA_LAUNCH)
+GS_K_LAUNCH_PROG(gs_k_cuda_launch_ex, GS_K_CUDA_LAUNCH_EX)
+GS_K_LAUNCH_PROG(gs_k_cuda_graph, GS_K_CUDA_GRAPH)
+GS_K_LAUNCH_PROG(gs_k_cu_launch, GS_K_CU_LAUNCH)
+GS_K_LAUNCH_PROG(gs_k_cu_launch_ex, GS_K_CU_LAUNCH_EX)
+GS_K_LAUNCH_PROG(gs_k_cu_graph, GS_K_CU_GRAPH)
 
 SEC("uretprobe")
 int gs_k_launch_exit(struct pt_regs *ctx)

@@ -185,6 +185,7 @@ class Kernels {
 
  private:
   void attach_object(const CudaObject& obj);
+  bpf_program* launch_prog(unsigned site) const;
   void on_event(const gs_k_event& e);
   const FileInfo* file(pid_t pid, const std::string& path);
   const Mapping* mapping(pid_t pid, uint64_t addr);
@@ -219,6 +220,18 @@ class Kernels {
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 
+bpf_program* Kernels::launch_prog(unsigned site) const {
+  auto& p = skel_->progs;
+  switch (site) {
+    case GS_K_CUDA_LAUNCH: return p.gs_k_cuda_launch;
+    case GS_K_CUDA_LAUNCH_EX: return p.gs_k_cuda_launch_ex;
+    case GS_K_CUDA_GRAPH: return p.gs_k_cuda_graph;
+    case GS_K_CU_LAUNCH: return p.gs_k_cu_launch;
+    case GS_K_CU_LAUNCH_EX: return p.gs_k_cu_launch_ex;
+    default: return p.gs_k_cu_graph;
+  }
+}
+
 void Kernels::attach_object(const CudaObject& obj) {
   objects_++;
   std::set<std::pair<uint64_t, bool>> done;
@@ -235,7 +248,7 @@ void Kernels::attach_object(const CudaObject& obj) {
         bpf_program* prog = s.role == Role::Capture ? skel_->progs.gs_k_capture
                             : s.role == Role::Namer ? (ret ? skel_->progs.gs_k_name_exit : skel_->progs.gs_k_name_enter)
                             : ret                   ? skel_->progs.gs_k_launch_exit
-                                                    : skel_->progs.gs_k_launch;
+                                                    : launch_prog(s.cookie);
         for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids)
           if (Link l = attach_uprobe(prog, {obj.open_path, sym->file_offset, pid, s.cookie, ret}, &err))
             links_.push_back(std::move(l)), n++;
