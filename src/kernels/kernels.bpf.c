@@ -115,8 +115,10 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		st->rt_handle = handle;
 		st->teach = 0;
 	} else {
-		/* A driver launch inside a runtime one is the same launch: this check comes first. */
-		st = bpf_task_storage_get(&threads, task, 0, 0);
+		/* A driver launch inside a runtime one is the same launch: this check comes first.
+		 * A thread with no task storage at all (driver-only code such as XLA's) skips
+		 * the helper call. */
+		st = task->bpf_storage ? bpf_task_storage_get(&threads, task, 0, 0) : NULL;
 		if (st && st->rt_depth) {
 			/* Already counted at the runtime layer; keep what it teaches about names. */
 			if (st->teach && site != GS_K_CU_GRAPH && st->rt_handle != handle) {
