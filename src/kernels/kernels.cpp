@@ -195,7 +195,7 @@ class Kernels {
   void for_each_handle_var(pid_t pid, const std::vector<Mapping>& maps,
                            const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
   void scan_handle_vars(pid_t pid);
-  Name resolve(const Key& k, uint64_t caller);
+  Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
   void learn_new_keys();
   std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
   void print_rows(const std::map<Key, uint64_t>& now, double secs, bool exited);
@@ -341,13 +341,14 @@ void Kernels::scan_handle_vars(pid_t pid) {
   if (mem < 0) return;
   for_each_handle_var(pid, maps, [&](uint64_t at, const std::string& sym, const std::string& path) {
     uint64_t h = 0;
-    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h)
-      names_.try_emplace({pid, h}, Name{kernel_name(sym), basename_of(path)});
+    // Demangled only when new: a PyTorch process has tens of thousands of these.
+    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h}))
+      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path)});
   });
   close(mem);
 }
 
-Name Kernels::resolve(const Key& k, uint64_t caller) {
+Name Kernels::resolve(const Key& k, uint64_t caller, bool may_scan) {
   auto [pid, layer, handle] = k;
   if (layer == GS_K_GRAPH) return {fmt::format("[graph 0x{:x}]", handle), module_of(pid, caller)};
   auto lookup = [&](uint64_t h) -> const Name* {
@@ -368,7 +369,7 @@ Name Kernels::resolve(const Key& k, uint64_t caller) {
   const Name* n = lookup(handle);
   if (!n)
     if (auto rt = alias()) n = lookup(*rt);
-  if (!n) {
+  if (!n && may_scan) {
     scan_handle_vars(static_cast<pid_t>(pid));
     n = lookup(handle);
     if (!n)
@@ -512,9 +513,10 @@ void Kernels::interval() {
   auto now_t = std::chrono::steady_clock::now();
   double secs = std::chrono::duration<double>(now_t - last_print_).count();
   last_print_ = now_t;
-  // Unknown rows get another chance: a name may have been learned since.
+  // Unknown rows get another chance from names learned since, without rescanning the
+  // process: that is for new rows, and would stall every refresh.
   for (auto it = guessed_.begin(); it != guessed_.end();) {
-    Name nm = resolve(it->first, callers_[it->first]);
+    Name nm = resolve(it->first, callers_[it->first], false);
     if (nm.kernel.starts_with("[unknown")) {
       it->second = nm.module == "?" ? it->second : nm;
       ++it;
@@ -583,6 +585,12 @@ int Kernels::run() {
     for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
   for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
   for (const auto& obj : initial) attach_object(obj);
+  // Processes already running: their handle variables are read now, so that the ELF files
+  // are parsed before counting is announced rather than on their first launch.
+  std::set<pid_t> running(o_.pids.begin(), o_.pids.end());
+  for (const auto& obj : initial)
+    if (obj.seen_in > 0) running.insert(obj.seen_in);
+  for (pid_t pid : running) scan_handle_vars(pid);
   RingBuffer rb(bpf_map__fd(skel_->maps.events), [&](const void* d, size_t sz) {
     if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
   });
