@@ -5,9 +5,13 @@ gpuscope_bpf(kernels_bare ${CMAKE_CURRENT_LIST_DIR}/bare.bpf.c)
 add_executable(kernels_overhead ${CMAKE_CURRENT_LIST_DIR}/kernels_overhead.cpp)
 add_dependencies(kernels_overhead kernels_bare_skel)
 target_link_libraries(kernels_overhead PRIVATE gpuscope_trace -static-libstdc++ -static-libgcc)
-add_test(NAME bench_smoke_kernels_overhead
-  COMMAND kernels_overhead --gpuscope $<TARGET_FILE:gpuscope> --rounds 1
-          --workload "$<TARGET_FILE:standin_app> launch_loop 200"
-          --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcudart.so.13
-          --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcuda.so.1)
-set_tests_properties(bench_smoke_kernels_overhead PROPERTIES RUN_SERIAL TRUE TIMEOUT 120)
+# Both workloads: runtime launches that reach the driver, and driver-only launches.
+foreach(workload launch_loop driver_loop)
+  add_test(NAME bench_smoke_kernels_overhead_${workload}
+    COMMAND kernels_overhead --gpuscope $<TARGET_FILE:gpuscope> --rounds 1
+            --workload "$<TARGET_FILE:standin_app> ${workload} 200"
+            --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcudart.so.13
+            --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcuda.so.1)
+  set_tests_properties(bench_smoke_kernels_overhead_${workload} PROPERTIES RUN_SERIAL TRUE TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "added cost, kernels / bare uprobes: +[0-9.]+x")
+endforeach()
