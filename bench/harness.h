@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -51,15 +53,20 @@ class BgProc {
   pid_t pid_;
 };
 
-// Runs the workload command; its output must hold "ns_per_call=X".
-inline double ns_per_call(const std::string& workload) {
-  static const std::regex re(R"(ns_per_call=([0-9.]+))");
+inline std::string run_output(const std::string& command) {
   std::string out;
-  if (FILE* p = popen(workload.c_str(), "r")) {
+  if (FILE* p = popen(command.c_str(), "r")) {
     char buf[4096];
     while (fgets(buf, sizeof buf, p)) out += buf;
     pclose(p);
   }
+  return out;
+}
+
+// Runs the workload command; its output must hold "ns_per_call=X".
+inline double ns_per_call(const std::string& workload) {
+  static const std::regex re(R"(ns_per_call=([0-9.]+))");
+  std::string out = run_output(workload);
   std::smatch m;
   if (!std::regex_search(out, m, re)) throw std::runtime_error("workload printed no ns_per_call: " + out);
   return std::stod(m[1]);
@@ -78,4 +85,27 @@ inline std::map<std::string, double> interleaved_medians(int rounds, const std::
     med[m] = v[v.size() / 2];
   }
   return med;
+}
+
+// Run counts and run time of every loaded BPF program whose name starts with `prefix` (names
+// are cut at 15 characters); the kernel counts time only while stats are enabled.
+struct ProgStats {
+  uint64_t runs = 0, run_time_ns = 0;
+};
+inline std::map<std::string, ProgStats> bpf_prog_stats(const std::string& prefix) {
+  std::map<std::string, ProgStats> r;
+  __u32 id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string(info.name).starts_with(prefix)) {
+      auto& s = r[info.name];
+      s.runs += info.run_cnt;
+      s.run_time_ns += info.run_time_ns;
+    }
+    close(fd);
+  }
+  return r;
 }

@@ -73,6 +73,22 @@ int main(int argc, char** argv) {
     }
     return v;
   });
+  // One more run, outside the timed rounds, with the kernel's BPF statistics on: how often
+  // each of gpuscope's programs ran per workload call, and for how long. A program that runs
+  // on every call but is not a launch site shows up here.
+  std::map<std::string, ProgStats> stats;
+  uint64_t calls = 0;
+  if (int sfd = bpf_enable_stats(BPF_STATS_RUN_TIME); sfd >= 0) {
+    std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
+    for (auto& l : libs) a.insert(a.end(), {"--lib", l});
+    BgProc p(a, "gpuscope: counting");
+    std::string out = run_output(workload);
+    std::smatch m;
+    static const std::regex re(R"(calls=([0-9]+))");
+    if (std::regex_search(out, m, re)) calls = std::stoull(m[1]);
+    stats = bpf_prog_stats("gs_k_");
+    close(sfd);
+  }
   double added = (med["kernels"] - med["none"]) / (med["bare"] - med["none"]);
   double total = med["kernels"] / med["bare"];
   if (json_out) {
@@ -82,12 +98,23 @@ int main(int argc, char** argv) {
     for (auto& [m, v] : med) j["ns_per_call"][m] = v;
     j["added_cost_ratio"] = added;
     j["total_ratio"] = total;
+    if (calls)
+      for (auto& [name, st] : stats)
+        j["programs_per_call"][name] = {{"runs", double(st.runs) / double(calls)},
+                                        {"ns_per_run", st.runs ? double(st.run_time_ns) / double(st.runs) : 0.0}};
     printf("%s\n", j.dump().c_str());
   } else {
     printf("%zu launch sites, median of %d rounds, ns per workload iteration:\n", sites.size(), rounds);
     for (auto& m : modes) printf("  %-8s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
     printf("added cost, kernels / bare uprobes:  %.3fx (goal <= 1.1)\n", added);
     printf("per launch, kernels / bare uprobes:  %.3fx\n", total);
+    if (calls) {
+      printf("gpuscope's programs per workload call (separate run, BPF stats on; their clock reads included):\n");
+      for (auto& [name, st] : stats)
+        if (st.runs)
+          printf("  %-16s %6.3f runs  %7.1f ns/run\n", name.c_str(), double(st.runs) / double(calls),
+                 double(st.run_time_ns) / double(st.runs));
+    }
   }
   kernels_bare_bpf__destroy(bare);
   return 0;

@@ -4,6 +4,8 @@
 # bare counting uprobes on the same sites, in one run (tests/gpu/bin/kernels_overhead, built
 # from bench/kernels_overhead.cpp). Two workloads: runtime launches (cudaLaunchKernel, which
 # reaches cuLaunchKernel) and driver-only launches (cuLaunchKernel, as cuBLAS makes them).
+# The bench's JSON also says how often each of gpuscope's BPF programs ran per launch, in a
+# separate run with BPF stats on: a naming probe that fires on every launch shows there.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
@@ -23,6 +25,6 @@ for mode in runtime driver; do
     >"$OUT/overhead_$mode.json" 2>"$OUT/overhead_$mode.err" ||
     fail "kernels_overhead ($mode) failed: $(tail -c 300 "$OUT/overhead_$mode.err")"
   cat "$OUT/overhead_$mode.json" >&2
-  summary+="$mode: $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); n=j["ns_per_call"]; print("none %.0f bare %.0f kernels %.0f ns, total %.3fx, added %.3fx" % (n["none"], n["bare"], n["kernels"], j["total_ratio"], j["added_cost_ratio"]))' "$OUT/overhead_$mode.json"); "
+  summary+="$mode: $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); n=j["ns_per_call"]; p=j.get("programs_per_call",{}); print("none %.0f bare %.0f kernels %.0f ns, total %.3fx, added %.3fx, programs per launch: %s" % (n["none"], n["bare"], n["kernels"], j["total_ratio"], j["added_cost_ratio"], " ".join("%s=%.2f/%.0fns" % (k, v["runs"], v["ns_per_run"]) for k, v in sorted(p.items()) if v["runs"] >= 0.01)))' "$OUT/overhead_$mode.json"); "
 done
 pass "$summary"
