@@ -8,6 +8,10 @@
 
 #include <bpf/bpf.h>
 
+#include <nlohmann/json.hpp>
+
+#include "core/bpf.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -85,6 +89,51 @@ inline std::map<std::string, double> interleaved_medians(int rounds, const std::
     med[m] = v[v.size() / 2];
   }
   return med;
+}
+
+// The comparison the uprobe benches make: the workload alone ("none"), under bare counting
+// probes that the bench attaches itself, and under gpuscope in the background; modes
+// interleave round by round, each figure the median ns per workload call.
+struct BareComparison {
+  std::string bare_mode, ours_mode;
+  std::map<std::string, double> ns;
+  std::vector<std::string> modes() const { return {"none", bare_mode, ours_mode}; }
+  double added() const { return (ns.at(ours_mode) - ns.at("none")) / (ns.at(bare_mode) - ns.at("none")); }
+  double total() const { return ns.at(ours_mode) / ns.at(bare_mode); }
+  nlohmann::json json(size_t sites, int rounds) const {
+    nlohmann::json j;
+    j["sites"] = sites;
+    j["rounds"] = rounds;
+    for (auto& [m, v] : ns) j["ns_per_call"][m] = v;
+    j["added_cost_ratio"] = added();
+    j["total_ratio"] = total();
+    return j;
+  }
+  void print_modes() const {
+    for (auto& m : modes()) printf("  %-10s %10.1f  (+%.1f)\n", m.c_str(), ns.at(m), ns.at(m) - ns.at("none"));
+  }
+};
+
+// attach_bare returns the bare probes' links (it throws when one fails to attach).
+inline BareComparison compare_with_bare(int rounds, const std::string& workload, const std::string& bare_mode,
+                                        const std::function<std::vector<gpuscope::Link>()>& attach_bare,
+                                        const std::string& ours_mode, const std::vector<std::string>& gpuscope_argv,
+                                        const std::string& ready) {
+  BareComparison c{bare_mode, ours_mode, {}};
+  c.ns = interleaved_medians(rounds, c.modes(), [&](const std::string& m) {
+    if (m == bare_mode) {
+      auto links = attach_bare();
+      double v = ns_per_call(workload);
+      gpuscope::destroy_links(links);
+      return v;
+    }
+    if (m == ours_mode) {
+      BgProc p(gpuscope_argv, ready);
+      return ns_per_call(workload);
+    }
+    return ns_per_call(workload);
+  });
+  return c;
 }
 
 // Run counts and run time of every loaded BPF program whose name starts with `prefix` (names

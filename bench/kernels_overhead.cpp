@@ -50,38 +50,27 @@ int main(int argc, char** argv) {
       for (const char* suf : kApiVariantSuffixes)
         if (auto* s = syms.find(std::string(name) + suf)) sites.push_back({lib, s->file_offset, exit});
   }
-  const std::vector<std::string> modes{"none", "bare", "kernels"};
-  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
-    double v;
-    if (m == "none") {
-      v = ns_per_call(workload);
-    } else if (m == "bare") {
-      std::vector<Link> links;
-      std::string err;
-      for (auto& s : sites) {
-        links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
-        if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
-      }
-      if (!err.empty()) throw std::runtime_error("attach: " + err);
-      v = ns_per_call(workload);
-      destroy_links(links);
-    } else {
-      std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
-      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-      BgProc p(a, "gpuscope: counting");
-      v = ns_per_call(workload);
+  std::vector<std::string> argv_kernels{gpuscope, "kernels", "--interval", "1"};
+  for (auto& l : libs) argv_kernels.insert(argv_kernels.end(), {"--lib", l});
+  auto attach_bare = [&] {
+    std::vector<Link> links;
+    std::string err;
+    for (auto& s : sites) {
+      links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
+      if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
     }
-    return v;
-  });
+    if (!err.empty()) throw std::runtime_error("attach: " + err);
+    return links;
+  };
+  auto c = compare_with_bare(rounds, workload, "bare", attach_bare, "kernels", argv_kernels, "gpuscope: counting");
+
   // One more run, outside the timed rounds, with the kernel's BPF statistics on: how often
   // each of gpuscope's programs ran per workload call, and for how long. A program that runs
   // on every call but is not a launch site shows up here.
   std::map<std::string, ProgStats> stats;
   uint64_t calls = 0;
   if (int sfd = bpf_enable_stats(BPF_STATS_RUN_TIME); sfd >= 0) {
-    std::vector<std::string> a{gpuscope, "kernels", "--interval", "1"};
-    for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-    BgProc p(a, "gpuscope: counting");
+    BgProc p(argv_kernels, "gpuscope: counting");
     std::string out = run_output(workload);
     std::smatch m;
     static const std::regex re(R"(calls=([0-9]+))");
@@ -89,15 +78,8 @@ int main(int argc, char** argv) {
     stats = bpf_prog_stats("gs_k_");
     close(sfd);
   }
-  double added = (med["kernels"] - med["none"]) / (med["bare"] - med["none"]);
-  double total = med["kernels"] / med["bare"];
   if (json_out) {
-    nlohmann::json j;
-    j["sites"] = sites.size();
-    j["rounds"] = rounds;
-    for (auto& [m, v] : med) j["ns_per_call"][m] = v;
-    j["added_cost_ratio"] = added;
-    j["total_ratio"] = total;
+    nlohmann::json j = c.json(sites.size(), rounds);
     if (calls)
       for (auto& [name, st] : stats)
         j["programs_per_call"][name] = {{"runs", double(st.runs) / double(calls)},
@@ -105,13 +87,13 @@ int main(int argc, char** argv) {
     printf("%s\n", j.dump().c_str());
   } else {
     printf("%zu launch sites, median of %d rounds, ns per workload iteration:\n", sites.size(), rounds);
-    for (auto& m : modes) printf("  %-8s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
-    printf("added cost, kernels / bare uprobes:  %.3fx (goal <= 1.1)\n", added);
-    printf("per launch, kernels / bare uprobes:  %.3fx\n", total);
+    c.print_modes();
+    printf("added cost, kernels / bare uprobes:  %.3fx (goal <= 1.1)\n", c.added());
+    printf("per launch, kernels / bare uprobes:  %.3fx\n", c.total());
     if (calls) {
       printf("gpuscope's programs per workload call (separate run, BPF stats on; their clock reads included):\n");
       for (auto& [name, st] : stats)
-        if (st.runs)
+        if (st.runs * 100 >= calls)  // at least once per 100 calls: not the odd process exit
           printf("  %-16s %6.3f runs  %7.1f ns/run\n", name.c_str(), double(st.runs) / double(calls),
                  double(st.run_time_ns) / double(st.runs));
     }

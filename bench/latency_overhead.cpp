@@ -55,45 +55,27 @@ int main(int argc, char** argv) {
 
   std::string api_list;
   for (auto& a : apis) api_list += (api_list.empty() ? "" : ",") + a;
-  const std::vector<std::string> modes{"none", "bare_pair", "latency"};
-  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
-    double v;
-    if (m == "none") {
-      v = ns_per_call(workload);
-    } else if (m == "bare_pair") {
-      std::vector<Link> links;
-      for (auto& [path, offs] : sites)
-        for (bool ret : {false, true}) {
-          UprobeMultiTarget t{path, offs, std::vector<uint64_t>(offs.size(), 0), -1, ret};
-          std::string err;
-          links.push_back(attach_uprobe_multi(ret ? bare->progs.bare_exit : bare->progs.bare_enter, t, &err));
-          if (!err.empty()) throw std::runtime_error("attach " + path + ": " + err);
-        }
-      v = ns_per_call(workload);
-      destroy_links(links);
-    } else {
-      std::vector<std::string> a{gpuscope, "latency", "--api", api_list};
-      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-      BgProc p(a, "gpuscope: timing");
-      v = ns_per_call(workload);
-    }
-    return v;
-  });
-  double added = (med["latency"] - med["none"]) / (med["bare_pair"] - med["none"]);
-  double total = med["latency"] / med["bare_pair"];
+  std::vector<std::string> argv_latency{gpuscope, "latency", "--api", api_list};
+  for (auto& l : libs) argv_latency.insert(argv_latency.end(), {"--lib", l});
+  auto attach_bare = [&] {
+    std::vector<Link> links;
+    for (auto& [path, offs] : sites)
+      for (bool ret : {false, true}) {
+        UprobeMultiTarget t{path, offs, std::vector<uint64_t>(offs.size(), 0), -1, ret};
+        std::string err;
+        links.push_back(attach_uprobe_multi(ret ? bare->progs.bare_exit : bare->progs.bare_enter, t, &err));
+        if (!err.empty()) throw std::runtime_error("attach " + path + ": " + err);
+      }
+    return links;
+  };
+  auto c = compare_with_bare(rounds, workload, "bare_pair", attach_bare, "latency", argv_latency, "gpuscope: timing");
   if (json_out) {
-    nlohmann::json j;
-    j["sites"] = nsites;
-    j["rounds"] = rounds;
-    for (auto& [m, v] : med) j["ns_per_call"][m] = v;
-    j["added_cost_ratio"] = added;
-    j["total_ratio"] = total;
-    printf("%s\n", j.dump().c_str());
+    printf("%s\n", c.json(nsites, rounds).dump().c_str());
   } else {
     printf("%zu probe sites (%s), median of %d rounds, ns per workload iteration:\n", nsites, api_list.c_str(), rounds);
-    for (auto& m : modes) printf("  %-10s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
-    printf("added cost, latency / bare uprobe+uretprobe:  %.3fx (goal <= 1.5)\n", added);
-    printf("per call,   latency / bare uprobe+uretprobe:  %.3fx\n", total);
+    c.print_modes();
+    printf("added cost, latency / bare uprobe+uretprobe:  %.3fx (goal <= 1.5)\n", c.added());
+    printf("per call,   latency / bare uprobe+uretprobe:  %.3fx\n", c.total());
   }
   bare_bpf__destroy(bare);
   return 0;

@@ -71,52 +71,35 @@ int main(int argc, char** argv) {
     nsites += t.offsets.size();
     targets.push_back(std::move(t));
   }
-  const std::vector<std::string> modes{"none", "bare", "memleak"};
-  auto med = interleaved_medians(rounds, modes, [&](const std::string& m) {
-    double v;
-    if (m == "none") {
-      v = ns_per_call(workload);
-    } else if (m == "bare") {
-      std::vector<Link> links;
-      std::string err;
-      for (auto& t : targets)
-        for (bool ret : {false, true}) {
-          bpf_program* prog = ret ? bare->progs.bare_exit : bare->progs.bare_enter;
-          t.retprobe = ret;
-          if (multi)
-            links.push_back(attach_uprobe_multi(prog, t, &err));
-          else
-            for (size_t i = 0; i < t.offsets.size(); i++)
-              links.push_back(attach_uprobe(prog, {t.path, t.offsets[i], -1, 0, ret}, &err));
-        }
-      if (!err.empty()) throw std::runtime_error("attach: " + err);
-      v = ns_per_call(workload);
-      destroy_links(links);
-    } else {
-      std::vector<std::string> a{gpuscope, "memleak", "--interval", "1"};
-      for (auto& l : libs) a.insert(a.end(), {"--lib", l});
-      BgProc p(a, "gpuscope: tracking");
-      v = ns_per_call(workload);
-    }
-    return v;
-  });
-  double added = (med["memleak"] - med["none"]) / (med["bare"] - med["none"]);
-  double total = med["memleak"] / med["bare"];
+  std::vector<std::string> argv_memleak{gpuscope, "memleak", "--interval", "1"};
+  for (auto& l : libs) argv_memleak.insert(argv_memleak.end(), {"--lib", l});
+  auto attach_bare = [&] {
+    std::vector<Link> links;
+    std::string err;
+    for (auto& t : targets)
+      for (bool ret : {false, true}) {
+        bpf_program* prog = ret ? bare->progs.bare_exit : bare->progs.bare_enter;
+        t.retprobe = ret;
+        if (multi)
+          links.push_back(attach_uprobe_multi(prog, t, &err));
+        else
+          for (size_t i = 0; i < t.offsets.size(); i++)
+            links.push_back(attach_uprobe(prog, {t.path, t.offsets[i], -1, 0, ret}, &err));
+      }
+    if (!err.empty()) throw std::runtime_error("attach: " + err);
+    return links;
+  };
+  auto c = compare_with_bare(rounds, workload, "bare", attach_bare, "memleak", argv_memleak, "gpuscope: tracking");
   if (json_out) {
-    nlohmann::json j;
-    j["sites"] = nsites;
+    nlohmann::json j = c.json(nsites, rounds);
     j["uprobe_multi"] = multi;
-    j["rounds"] = rounds;
-    for (auto& [m, v] : med) j["ns_per_call"][m] = v;
-    j["added_cost_ratio"] = added;
-    j["total_ratio"] = total;
     printf("%s\n", j.dump().c_str());
   } else {
     printf("%zu allocation/free sites (entry+exit each, %s), median of %d rounds, ns per cudaMalloc+cudaFree:\n",
            nsites, multi ? "uprobe_multi" : "perf-event uprobes", rounds);
-    for (auto& m : modes) printf("  %-8s %10.1f  (+%.1f)\n", m.c_str(), med[m], med[m] - med["none"]);
-    printf("added cost, memleak / bare uprobe+uretprobe pairs:  %.3fx (goal <= 1.5)\n", added);
-    printf("per iteration, memleak / bare:                      %.3fx\n", total);
+    c.print_modes();
+    printf("added cost, memleak / bare uprobe+uretprobe pairs:  %.3fx (goal <= 1.5)\n", c.added());
+    printf("per iteration, memleak / bare:                      %.3fx\n", c.total());
   }
   memleak_bare_bpf__destroy(bare);
   return 0;
