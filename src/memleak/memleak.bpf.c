@@ -231,7 +231,7 @@ static __always_inline void forget(struct gs_ml_proc *p, struct gs_ml_key *k, st
 	account(p, cat, -(__s64)size, -1);
 	if (capture_stacks)
 		bpf_map_delete_elem(&ml_stacks, k);
-	struct gs_ml_freed f = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .gen_ns = p->gen_ns};
+	struct gs_ml_freed f = {.ts_boot_ns = bpf_ktime_get_boot_ns()};
 	bpf_map_update_elem(&ml_freed, k, &f, BPF_ANY);
 }
 
@@ -363,7 +363,7 @@ int ml_exit(struct pt_regs *ctx)
 			return 0;
 		}
 		__sync_fetch_and_add(&p->allocs_ok, 1);
-		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .gen_ns = p->gen_ns, .site = site,
+		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .site = site,
 					.category = d->category, .layer = d->layer, .device = -1};
 		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR, .gen_ns = p->gen_ns};
 		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
@@ -396,7 +396,7 @@ int ml_exit(struct pt_regs *ctx)
 		/* cuMemMap(ptr, size, offset, handle, flags) */
 		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0], .gen_ns = p->gen_ns};
 		struct gs_ml_alloc m = {.size_bytes = st->arg[1], .ts_boot_ns = bpf_ktime_get_boot_ns(),
-					.gen_ns = p->gen_ns, .handle = st->arg[3], .site = site,
+					.handle = st->arg[3], .site = site,
 					.category = GS_ML_VMM, .layer = d->layer, .device = -1};
 		if (bpf_map_update_elem(&ml_allocs, &mk, &m, BPF_ANY) != 0) {
 			count_drop(GS_ML_DROP_ALLOCS_FULL);

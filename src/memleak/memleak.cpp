@@ -365,7 +365,7 @@ void Memleak::finish(const std::vector<Ending>& ends) {
   std::map<Life, std::vector<Entry>> entries;
   int afd = bpf_map__fd(skel_->maps.ml_allocs);
   for_each_entry<gs_ml_key, gs_ml_alloc>(afd, [&](const gs_ml_key& k, const gs_ml_alloc& a) {
-    if (by_life.count({k.pid, a.gen_ns})) entries[{k.pid, a.gen_ns}].push_back({k, a});
+    if (by_life.count({k.pid, k.gen_ns})) entries[{k.pid, k.gen_ns}].push_back({k, a});
   });
 
   for (auto& [life, end] : by_life) {
@@ -403,7 +403,7 @@ void Memleak::finish(const std::vector<Ending>& ends) {
     for (auto& k : dead) bpf_map_delete_elem(fd, &k);
   };
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_freed), gs_ml_key{}, gs_ml_freed{},
-                [&](const gs_ml_key& k, const gs_ml_freed& v) { return by_life.count({k.pid, v.gen_ns}) > 0; });
+                [&](const gs_ml_key& k, const gs_ml_freed&) { return by_life.count({k.pid, k.gen_ns}) > 0; });
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_errors), gs_ml_err_key{}, gs_ml_err_val{},
                 [&](const gs_ml_err_key& k, const gs_ml_err_val& v) { return by_life.count({k.pid, v.gen_ns}) > 0; });
   if (o_.stacks) {
@@ -478,7 +478,7 @@ void Memleak::interval(bool last) {
     for_each_entry<gs_ml_key, gs_ml_alloc>(bpf_map__fd(skel_->maps.ml_allocs), [&](const gs_ml_key& k,
                                                                                    const gs_ml_alloc& a) {
       auto p = procs.find(k.pid);
-      if (p == procs.end() || p->second.gen_ns != a.gen_ns) return;
+      if (p == procs.end() || p->second.gen_ns != k.gen_ns) return;
       if (k.space == GS_ML_SPACE_MAPPING) {
         auto& m = mapped_at[{k.pid, a.handle}];
         if (!m || k.addr < m) m = k.addr;

@@ -81,7 +81,6 @@ struct gs_ml_key {
 struct gs_ml_alloc {
 	__u64 size_bytes;
 	__u64 ts_boot_ns; /* CLOCK_BOOTTIME when the allocating call returned */
-	__u64 gen_ns;     /* gs_ml_proc.gen_ns of the owning process */
 	__u64 handle;     /* MAPPING: the physical handle mapped there */
 	__u16 site;       /* enum gs_ml_site */
 	__u8 category;    /* enum gs_ml_category */
@@ -98,7 +97,6 @@ struct gs_ml_stack {
 /* A recently freed address (LRU), remembered to recognise a second free of it. */
 struct gs_ml_freed {
 	__u64 ts_boot_ns;
-	__u64 gen_ns;
 };
 
 enum gs_ml_op { GS_ML_OP_ALLOC = 1, GS_ML_OP_FREE = 2 };
@@ -165,11 +163,11 @@ enum gs_ml_drop {
 #ifdef __cplusplus
 #include <cstddef>
 static_assert(sizeof(gs_ml_key) == 24);
-static_assert(sizeof(gs_ml_alloc) == 48);
-static_assert(offsetof(gs_ml_alloc, site) == 32);
-static_assert(offsetof(gs_ml_alloc, device) == 36);
+static_assert(sizeof(gs_ml_alloc) == 40);
+static_assert(offsetof(gs_ml_alloc, site) == 24);
+static_assert(offsetof(gs_ml_alloc, device) == 28);
 static_assert(sizeof(gs_ml_stack) == 8 * GS_ML_STACK_DEPTH);
-static_assert(sizeof(gs_ml_freed) == 16);
+static_assert(sizeof(gs_ml_freed) == 8);
 static_assert(sizeof(gs_ml_err_key) == 16);
 static_assert(offsetof(gs_ml_err_key, code) == 8);
 static_assert(sizeof(gs_ml_err_val) == 16);
