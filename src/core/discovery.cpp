@@ -7,6 +7,7 @@
 #include <cstring>
 #include <regex>
 
+#include "core/proc_maps.h"
 #include "core/system.h"
 
 namespace gpuscope {
@@ -23,23 +24,8 @@ bool Discovery::looks_like_cuda_library(std::string_view b) {
 
 std::vector<Discovery::Mapping> Discovery::exec_mappings(pid_t pid) {
   std::vector<Mapping> out;
-  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "re");
-  if (!f) return out;
-  char line[4352];
-  while (fgets(line, sizeof line, f)) {
-    // start-end perms offset major:minor inode path
-    char perms[8];
-    unsigned maj, min;
-    unsigned long ino;
-    int path_at = 0;
-    if (sscanf(line, "%*x-%*x %7s %*x %x:%x %lu %n", perms, &maj, &min, &ino, &path_at) < 4) continue;
-    if (perms[2] != 'x' || ino == 0 || line[path_at] != '/') continue;
-    std::string path(line + path_at);
-    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-    if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
-    out.push_back({std::move(path), makedev(maj, min), static_cast<ino_t>(ino)});
-  }
-  fclose(f);
+  for (auto& m : read_exec_file_maps(pid))
+    if (!m.deleted) out.push_back({std::move(m.path), m.dev, m.ino});
   return out;
 }
 
