@@ -1,5 +1,5 @@
 # gpuscope bridge: NVML state published into pinned BPF maps (bridge_maps.h).
-add_library(gpuscope_bridge STATIC src/bridge/bridge.cpp src/bridge/nvml.cpp)
+add_library(gpuscope_bridge STATIC src/bridge/bridge.cpp src/bridge/bridge_register.cpp src/bridge/nvml.cpp)
 target_link_libraries(gpuscope_bridge PUBLIC gpuscope_core ${CMAKE_DL_LIBS})
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_bridge)
 gpuscope_bpf(bridge_layout src/bridge/layout_check.bpf.c)

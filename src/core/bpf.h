@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -71,6 +72,14 @@ struct UprobeMultiTarget {
 void prepare_uprobe_multi(bpf_program* prog);
 Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err);
 
+// -c COMM: the rodata of src/common/comm_filter.bpf.h.
+template <class Rodata>
+void set_comm_filter(Rodata* ro, const std::string& comm) {
+  if (comm.empty()) return;
+  ro->filter_comm = true;
+  strncpy(const_cast<char*>(ro->target_comm), comm.c_str(), sizeof(ro->target_comm) - 1);
+}
+
 // Sum of a per-CPU u64 array slot.
 uint64_t percpu_sum(int map_fd, uint32_t key);
 
@@ -86,6 +95,7 @@ class RingBuffer {
   // Returns records consumed, or a negative errno (EINTR is reported as 0).
   int poll(int timeout_ms);
   int drain();
+  int epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
 
  private:
   static int trampoline(void* ctx, void* data, size_t size);

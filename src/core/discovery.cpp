@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -32,27 +33,38 @@ std::vector<Discovery::Mapping> Discovery::exec_mappings(pid_t pid) {
 std::optional<CudaObject> Discovery::consider(const std::string& path, const std::string& open_path, pid_t pid) {
   struct stat st;
   if (stat(open_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  if (!seen_.insert({st.st_dev, st.st_ino}).second) return std::nullopt;
-  std::shared_ptr<const ElfSymbols> syms;
-  try {
-    syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(open_path, wanted_));
-  } catch (const std::exception&) {
+  Key key{st.st_dev, st.st_ino};
+  if (done_.count(key)) return std::nullopt;
+  auto& syms = symbols_[key];
+  if (!syms) {
+    try {
+      syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(open_path, wanted_));
+    } catch (const std::exception&) {
+      symbols_.erase(key);
+      // Gone with its process: another process may still map it. Otherwise it is no ELF file.
+      if (access(open_path.c_str(), R_OK) == 0) done_.insert(key);
+      return std::nullopt;
+    }
+  }
+  if (syms->all().empty()) {
+    done_.insert(key);
+    symbols_.erase(key);
     return std::nullopt;
   }
-  if (syms->all().empty()) return std::nullopt;
-  return CudaObject{st.st_dev, st.st_ino, path, open_path, pid, std::move(syms)};
+  return CudaObject{st.st_dev, st.st_ino, path, open_path, pid, syms, {}};
 }
 
 std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only) {
   std::vector<CudaObject> found;
+  std::map<Key, size_t> index;
   auto pids = only ? *only : pids_.empty() ? list_pids() : pids_;
   const pid_t self = getpid();
   for (pid_t pid : pids) {
     if (pid == self) continue;
     for (auto& m : exec_mappings(pid)) {
       std::string_view base = std::string_view(m.path).substr(m.path.rfind('/') + 1);
+      std::string open_path = "/proc/" + std::to_string(pid) + "/root" + m.path;
       if (base.rfind("ld-linux", 0) == 0 && loaders_seen_.insert({m.dev, m.ino}).second) {
-        std::string open_path = "/proc/" + std::to_string(pid) + "/root" + m.path;
         try {
           auto syms = ElfSymbols::read(open_path, [](std::string_view n) { return n == "_dl_debug_state"; });
           if (auto* s = syms.find("_dl_debug_state")) new_loaders_.push_back({open_path, s->file_offset});
@@ -60,12 +72,36 @@ std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only
         }
       }
       // The maps line already names the inode: skip known files without a stat.
-      if (seen_.count({m.dev, m.ino})) continue;
-      auto obj = consider(m.path, "/proc/" + std::to_string(pid) + "/root" + m.path, pid);
-      if (obj) found.push_back(std::move(*obj));
+      Key key{m.dev, m.ino};
+      if (done_.count(key)) continue;
+      if (auto it = index.find(key); it != index.end()) {
+        auto& alt = found[it->second].alternates;
+        if (alt.size() < 4) alt.emplace_back(pid, open_path);
+        continue;
+      }
+      auto obj = consider(m.path, open_path, pid);
+      if (!obj) continue;
+      index[key] = found.size();
+      found.push_back(std::move(*obj));
     }
   }
   return found;
+}
+
+void Discovery::attached(const CudaObject& obj) {
+  Key key{obj.dev, obj.ino};
+  done_.insert(key);
+  attempts_.erase(key);
+  symbols_.erase(key);
+}
+
+bool Discovery::attach_failed(const CudaObject& obj) {
+  Key key{obj.dev, obj.ino};
+  if (++attempts_[key] < kMaxAttempts) return true;
+  done_.insert(key);
+  attempts_.erase(key);
+  symbols_.erase(key);
+  return false;
 }
 
 std::vector<Discovery::Loader> Discovery::take_new_loaders() {
@@ -103,8 +139,7 @@ CudaObject Discovery::add_path(const std::string& path) {
   }
   if (syms->all().empty())
     throw UsageError("--lib " + path + ": defines no CUDA runtime or driver API function");
-  seen_.insert({st.st_dev, st.st_ino});
-  return CudaObject{st.st_dev, st.st_ino, path, path, 0, std::move(syms)};
+  return CudaObject{st.st_dev, st.st_ino, path, path, 0, std::move(syms), {}};
 }
 
 }  // namespace gpuscope

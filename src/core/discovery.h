@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -22,9 +23,15 @@ struct CudaObject {
   std::string open_path;  // through /proc/PID/root, so containers' files open from here
   pid_t seen_in = 0;      // 0 when found outside any process (ld cache, --lib)
   std::shared_ptr<const ElfSymbols> symbols;  // only the wanted names
+  // Other processes mapping the same file, (pid, open path): tried in turn when attaching
+  // through open_path fails because its process has gone.
+  std::vector<std::pair<pid_t, std::string>> alternates;
 };
 
-// Finds CudaObjects, each (st_dev, st_ino) once. `wanted` decides which symbol names count.
+// Finds CudaObjects by (st_dev, st_ino). A file is offered again by later scans until the caller
+// says it is attached (or has failed kMaxAttempts times): a process that exits between the scan
+// and the attach must not hide its library from every later process. `wanted` decides which
+// symbol names count.
 class Discovery {
  public:
   using Wanted = ElfSymbols::Filter;
@@ -44,6 +51,11 @@ class Discovery {
   std::vector<CudaObject> scan_ld_cache();
   // --lib PATH; throws UsageError when the file is not ELF or defines none of the wanted symbols.
   CudaObject add_path(const std::string& path);
+  // The object is attached: later scans skip it.
+  void attached(const CudaObject& obj);
+  // Attaching failed through every path offered; returns false when it is given up for good.
+  bool attach_failed(const CudaObject& obj);
+  static constexpr int kMaxAttempts = 3;
   // Executable mappings of one process: (path as mapped, dev, ino).
   struct Mapping {
     std::string path;
@@ -54,10 +66,13 @@ class Discovery {
   static bool looks_like_cuda_library(std::string_view basename);
 
  private:
+  using Key = std::pair<dev_t, ino_t>;
   std::optional<CudaObject> consider(const std::string& path, const std::string& open_path, pid_t pid);
   Wanted wanted_;
   std::vector<pid_t> pids_;
-  std::set<std::pair<dev_t, ino_t>> seen_;
+  std::set<Key> done_;                                                // attached, not CUDA, or given up
+  std::map<Key, std::shared_ptr<const ElfSymbols>> symbols_;          // read once per file
+  std::map<Key, int> attempts_;
   std::set<std::pair<dev_t, ino_t>> loaders_seen_;
   std::vector<Loader> new_loaders_;
 };

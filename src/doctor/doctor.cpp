@@ -26,7 +26,7 @@
 #include "core/bpf.h"
 #include "core/discovery.h"
 #include "core/system.h"
-#include "trace/trace.h"
+#include "core/cuda_api.h"
 
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38

@@ -8,6 +8,8 @@
 #include <bpf/bpf_tracing.h>
 #include "ioctl/ioctl.h"
 #include "common/drops.bpf.h"
+#include "common/events.h"
+#include "common/comm_filter.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -94,7 +96,7 @@ static __always_inline __u32 nv_rdev(__u64 fd)
 
 static __always_inline bool pid_wanted(__u32 pid)
 {
-	return !filter_pids || bpf_map_lookup_elem(&pids, &pid);
+	return (!filter_pids || bpf_map_lookup_elem(&pids, &pid)) && comm_matches();
 }
 
 /* NVIDIA requests are _IOC numbers of type 'F' (major 195) or plain integers (nvidia-uvm:

@@ -71,6 +71,7 @@ void IoctlCounter::open_and_load() {
   skel_->rodata->uvm_major = uvm_major_;
   skel_->rodata->emit_events = o_.events;
   skel_->rodata->filter_pids = !o_.pids.empty();
+  set_comm_filter(skel_->rodata, o_.comm);
   // tp/sys_exit_ioctl rather than raw_tp/sys_exit: the latter would tax every syscall on the
   // host (about +100 ns each, measured), the former only ioctls.
   for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter})

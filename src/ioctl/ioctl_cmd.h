@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 #include <sys/types.h>
 
 #include <vector>
@@ -7,6 +8,7 @@ namespace gpuscope {
 
 struct IoctlOptions {
   std::vector<pid_t> pids;
+  std::string comm;
   bool events = false;        // one line per ioctl, as it returns
   bool raw_syscalls = false;  // raw_tp sys_enter/sys_exit even where tracefs works
   double interval_s = 0;

@@ -79,6 +79,15 @@ struct {
 
 GS_DROP_COUNTERS(drops, GS_K_DROP_COUNT)
 
+static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
+
+/* The namer kind of the row a naming probe is attached at (its cookie). */
+static __always_inline __u32 namer_of(struct pt_regs *ctx)
+{
+	__u64 row = bpf_get_attach_cookie(ctx);
+	return row < GS_API_COUNT ? apis[row].namer & 3 : 0;
+}
+
 static __always_inline __u64 return_address(struct pt_regs *ctx)
 {
 	__u64 ra = 0;
@@ -194,13 +203,16 @@ int gs_k_launch_exit(struct pt_regs *ctx)
 	return 0;
 }
 
-/* cookie 0: begin capture, 1: end; the stream is the first argument on both layers. */
+/* The row says begin or end; the stream is the first argument on both layers. */
 SEC("uprobe")
 int gs_k_capture(struct pt_regs *ctx)
 {
 	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = ctx->di};
 	__u8 one = 1;
-	if (bpf_get_attach_cookie(ctx) == 0) {
+	__u64 row = bpf_get_attach_cookie(ctx);
+	if (row >= GS_API_COUNT)
+		return 0;
+	if (apis[row].special == GS_SP_CAPTURE_BEGIN) {
 		if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
 			__sync_fetch_and_add(&captures_active, 1);
 	} else if (bpf_map_delete_elem(&capturing, &k) == 0) {
@@ -212,7 +224,7 @@ int gs_k_capture(struct pt_regs *ctx)
 SEC("uprobe")
 int gs_k_name_enter(struct pt_regs *ctx)
 {
-	__u32 namer = (__u32)bpf_get_attach_cookie(ctx) & 3;
+	__u32 namer = namer_of(ctx);
 	if (!comm_matches())
 		return 0;
 	struct thread_state *st =
@@ -225,9 +237,9 @@ int gs_k_name_enter(struct pt_regs *ctx)
 	s->outp = ctx->di;
 	s->src = ctx->si;
 	s->caller = return_address(ctx);
-	s->name_ptr = namer == GS_K_GET_KERNEL ? ctx->di : ctx->dx;
+	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? ctx->di : ctx->dx;
 	s->active = 1;
-	if (namer <= GS_K_LIBRARY_GET_KERNEL)
+	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
 		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);
 	return 0;
 }
@@ -235,7 +247,7 @@ int gs_k_name_enter(struct pt_regs *ctx)
 SEC("uretprobe")
 int gs_k_name_exit(struct pt_regs *ctx)
 {
-	__u32 namer = (__u32)bpf_get_attach_cookie(ctx) & 3;
+	__u32 namer = namer_of(ctx);
 	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 	if (!st)
 		return 0;
@@ -260,7 +272,7 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	e->caller = s->caller;
 	e->name_ptr = s->name_ptr;
 	e->name[0] = 0;
-	if (namer <= GS_K_LIBRARY_GET_KERNEL)
+	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
 		bpf_probe_read_kernel_str(e->name, GS_K_NAME_LEN, st->name[namer & 1]);
 	bpf_ringbuf_submit(e, 0);
 	return 0;

@@ -19,14 +19,15 @@
 #include "common/events.h"
 #include "core/bpf.h"
 #include "core/demangle.h"
-#include "core/discovery.h"
+#include "core/cuda_api.h"
+#include "core/event_loop.h"
+#include "core/uprobe_session.h"
 #include "core/elf_symbols.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "kernels.skel.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cmd.h"
-#include "trace/trace.h"
 
 namespace gpuscope {
 
@@ -34,29 +35,6 @@ namespace {
 
 struct SkelDeleter {
   void operator()(kernels_bpf* s) const { kernels_bpf__destroy(s); }
-};
-
-enum class Role { Launch, RuntimeLaunch, Capture, Namer };
-struct Site {
-  const char* name;
-  Role role;
-  unsigned cookie;
-};
-constexpr Site kSites[] = {
-    {"cudaLaunchKernel", Role::RuntimeLaunch, GS_K_CUDA_LAUNCH},
-    {"cudaLaunchKernelExC", Role::RuntimeLaunch, GS_K_CUDA_LAUNCH_EX},
-    {"cudaGraphLaunch", Role::RuntimeLaunch, GS_K_CUDA_GRAPH},
-    {"cuLaunchKernel", Role::Launch, GS_K_CU_LAUNCH},
-    {"cuLaunchKernelEx", Role::Launch, GS_K_CU_LAUNCH_EX},
-    {"cuGraphLaunch", Role::Launch, GS_K_CU_GRAPH},
-    {"cudaStreamBeginCapture", Role::Capture, 0},
-    {"cuStreamBeginCapture_v2", Role::Capture, 0},
-    {"cudaStreamEndCapture", Role::Capture, 1},
-    {"cuStreamEndCapture", Role::Capture, 1},
-    {"cuModuleGetFunction", Role::Namer, GS_K_MODULE_GET_FUNCTION},
-    {"cuLibraryGetKernel", Role::Namer, GS_K_LIBRARY_GET_KERNEL},
-    {"cuKernelGetFunction", Role::Namer, GS_K_KERNEL_GET_FUNCTION},
-    {"__cudaGetKernel", Role::Namer, GS_K_GET_KERNEL},
 };
 
 std::string basename_of(const std::string& p) {
@@ -180,12 +158,10 @@ using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
 class Kernels {
  public:
   explicit Kernels(const KernelsOptions& o) : o_(o) {}
-  ~Kernels() { destroy_links(links_); }
   int run();
 
  private:
-  void attach_object(const CudaObject& obj);
-  bpf_program* launch_prog(unsigned site) const;
+  void open_and_load(UprobeSession& session);
   void on_event(const gs_k_event& e);
   const FileInfo* file(pid_t pid, const std::string& path);
   const Mapping* mapping(pid_t pid, uint64_t addr);
@@ -206,7 +182,6 @@ class Kernels {
   std::unique_ptr<kernels_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   Writer out_;
-  size_t objects_ = 0, sites_ = 0;
   std::map<PH, Name> names_;           // handles named by the driver, __cudaGetKernel or handle variables
   std::map<PH, uint64_t> kernel_of_;   // CUfunction from cuKernelGetFunction -> its CUkernel
   std::map<Key, Name> resolved_;       // rows named for good
@@ -220,44 +195,40 @@ class Kernels {
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 
-bpf_program* Kernels::launch_prog(unsigned site) const {
+// One launch program per launch kind, so that the kind is a constant in BPF; the namers and
+// capture calls share theirs (the row, the cookie, says which).
+void Kernels::open_and_load(UprobeSession& session) {
+  bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
+    set_comm_filter(skel->rodata, o_.comm);
+    auto& p = skel->progs;
+    return std::vector<bpf_program*>{p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cu_launch,
+                                     p.gs_k_cu_launch_ex, p.gs_k_cu_graph, p.gs_k_launch_exit, p.gs_k_capture,
+                                     p.gs_k_name_enter, p.gs_k_name_exit};
+  });
   auto& p = skel_->progs;
-  switch (site) {
-    case GS_K_CUDA_LAUNCH: return p.gs_k_cuda_launch;
-    case GS_K_CUDA_LAUNCH_EX: return p.gs_k_cuda_launch_ex;
-    case GS_K_CUDA_GRAPH: return p.gs_k_cuda_graph;
-    case GS_K_CU_LAUNCH: return p.gs_k_cu_launch;
-    case GS_K_CU_LAUNCH_EX: return p.gs_k_cu_launch_ex;
-    default: return p.gs_k_cu_graph;
-  }
-}
-
-void Kernels::attach_object(const CudaObject& obj) {
-  objects_++;
-  std::set<std::pair<uint64_t, bool>> done;
-  std::string err;
-  size_t n = 0;
-  for (const Site& s : kSites)
-    for (const char* suf : kApiVariantSuffixes) {
-      const ElfSymbol* sym = obj.symbols->find(std::string(s.name) + suf);
-      if (!sym) continue;
-      bool exit = s.role == Role::RuntimeLaunch || s.role == Role::Namer;
-      for (bool ret : {false, true}) {
-        if (ret && !exit) continue;
-        if (!done.insert({sym->file_offset, ret}).second) continue;
-        bpf_program* prog = s.role == Role::Capture ? skel_->progs.gs_k_capture
-                            : s.role == Role::Namer ? (ret ? skel_->progs.gs_k_name_exit : skel_->progs.gs_k_name_enter)
-                            : ret                   ? skel_->progs.gs_k_launch_exit
-                                                    : launch_prog(s.cookie);
-        for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids)
-          if (Link l = attach_uprobe(prog, {obj.open_path, sym->file_offset, pid, s.cookie, ret}, &err))
-            links_.push_back(std::move(l)), n++;
-      }
-    }
-  sites_ += n;
-  if (o_.verbose || !err.empty())
-    fprintf(stderr, "gpuscope: %s (pid %d): %zu probes%s%s\n", obj.path.c_str(), obj.seen_in, n,
-            err.empty() ? "" : ", attach failed: ", err.c_str());
+  auto launch = [](unsigned special) {
+    return rows_where([=](const gs_api_desc& d) { return (d.roles & GS_ROLE_LAUNCH) && d.special == special; });
+  };
+  auto graph = [](unsigned layer) {
+    return rows_where([=](const gs_api_desc& d) { return (d.roles & GS_ROLE_GRAPH_LAUNCH) && d.layer == layer; });
+  };
+  auto runtime_launches = rows_where([](const gs_api_desc& d) {
+    return (d.roles & (GS_ROLE_LAUNCH | GS_ROLE_GRAPH_LAUNCH)) && d.layer == GS_LAYER_RUNTIME;
+  });
+  auto namers = apis_with_role(GS_ROLE_NAMER);
+  std::vector<SiteProbe> probes{
+      {p.gs_k_cuda_launch, false, launch(GS_SP_RT_LAUNCH)},
+      {p.gs_k_cuda_launch_ex, false, launch(GS_SP_RT_LAUNCH_EX)},
+      {p.gs_k_cuda_graph, false, graph(GS_LAYER_RUNTIME)},
+      {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
+      {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
+      {p.gs_k_cu_graph, false, graph(GS_LAYER_DRIVER)},
+      {p.gs_k_launch_exit, true, runtime_launches},
+      {p.gs_k_capture, false, apis_with_role(GS_ROLE_CAPTURE)},
+      {p.gs_k_name_enter, false, namers},
+      {p.gs_k_name_exit, true, namers},
+  };
+  session.add(std::move(probes), multi);
 }
 
 const FileInfo* Kernels::file(pid_t pid, const std::string& path) {
@@ -389,8 +360,8 @@ void Kernels::on_event(const gs_k_event& e) {
     return process_exited(e.pid);
   }
   switch (e.namer) {
-    case GS_K_MODULE_GET_FUNCTION:
-    case GS_K_LIBRARY_GET_KERNEL: {
+    case GS_NAMER_MODULE_GET_FUNCTION:
+    case GS_NAMER_LIBRARY_GET_KERNEL: {
       std::string name(e.name, strnlen(e.name, sizeof e.name));
       // The copy made in BPF is cut at GS_K_NAME_LEN, or empty when the page was not in
       // memory yet: the string is in the loaded image, so read it again here.
@@ -401,10 +372,10 @@ void Kernels::on_event(const gs_k_event& e) {
       names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
       break;
     }
-    case GS_K_KERNEL_GET_FUNCTION:
+    case GS_NAMER_KERNEL_GET_FUNCTION:
       kernel_of_[{e.pid, e.handle}] = e.src;
       break;
-    case GS_K_GET_KERNEL:
+    case GS_NAMER_GET_KERNEL:
       // The handle variable's symbol carries the kernel's device-side name, as CUPTI shows
       // it; the stub's own symbol spells lambda kernels differently.
       if (auto n = handle_var_name(pid, e.name_ptr)) names_[{e.pid, e.handle}] = *n;
@@ -559,67 +530,36 @@ void Kernels::process_exited(uint32_t pid) {
 }
 
 int Kernels::run() {
-  for (pid_t pid : o_.pids)
-    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
-  if (!(o_.interval_s > 0)) throw UsageError("--interval must be positive");
-  std::unordered_set<std::string> names;
-  for (const Site& s : kSites)
-    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(s.name) + suf);
-  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
-  std::vector<CudaObject> initial;
-  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  Scope scope{o_.pids, o_.comm, o_.libs};
+  scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
-  skel_.reset(kernels_bpf__open());
-  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  set_comm_filter(skel_->rodata, o_.comm);
-  if (int err = kernels_bpf__load(skel_.get()))
-    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
-                     " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  UprobeSession session(scope, o_.verbose);
+  open_and_load(session);
   bool exits = true;
   if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
     links_.emplace_back(l);
   else
     exits = false, fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", strerror(errno));
-  if (o_.pids.empty())
-    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
-  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
-  for (const auto& obj : initial) attach_object(obj);
+  session.start();
   // Processes already running: their handle variables are read now, so that the ELF files
   // are parsed before counting is announced rather than on their first launch.
-  std::set<pid_t> running(o_.pids.begin(), o_.pids.end());
-  for (const auto& obj : initial)
-    if (obj.seen_in > 0) running.insert(obj.seen_in);
-  for (pid_t pid : running) scan_handle_vars(pid);
+  for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
   RingBuffer rb(bpf_map__fd(skel_->maps.events), [&](const void* d, size_t sz) {
     if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
   });
 
-  StopControl stop(o_.duration_s);
+  EventLoop loop(o_.duration_s);
+  loop.watch(rb);
+  session.watch(loop);
+  loop.after_wakeup([this] { learn_new_keys(); });
+  loop.every(o_.interval_s, [this] { interval(); });
+  auto st = session.stats();
   fprintf(stderr, "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
-          sites_, objects_, exits ? "" : " (exits not seen)", o_.interval_s);
-  using clock = std::chrono::steady_clock;
-  auto step = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
-  auto next_scan = clock::now(), next_print = clock::now() + step;
-  while (!stop.should_stop()) {
-    rb.poll(50);
-    learn_new_keys();
-    auto now = clock::now();
-    if (now >= next_print) {
-      interval();
-      next_print += step;
-    }
-    if (now < next_scan) continue;
-    next_scan = now + std::chrono::milliseconds(400);
-    for (const auto& obj : disc.scan_processes()) attach_object(obj);
-    if (!o_.pids.empty()) {
-      bool alive = false;
-      for (pid_t p : o_.pids) alive |= pid_exists(p);
-      if (!alive) break;
-    }
-  }
+          st.probes, st.objects, exits ? "" : " (exits not seen)", o_.interval_s);
+  loop.run();
   rb.drain();
-  destroy_links(links_);
+  session.detach();
   rb.drain();
   interval();
   uint64_t full = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_ROWS_FULL);

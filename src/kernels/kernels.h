@@ -5,12 +5,14 @@
 #include <linux/types.h>
 #endif
 
+#include "common/cuda_api.h"
+
 #define GS_K_MAX_ROWS 65536
 #define GS_K_NAME_LEN 128
 
 enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH };
 
-/* Attach cookies of the launch program: where the handle and the stream are. */
+/* The launch programs, one per kind: where the handle and the stream are. */
 enum gs_k_site {
 	GS_K_CUDA_LAUNCH,     /* cudaLaunchKernel(func, grid, block, args, smem, stream) */
 	GS_K_CUDA_LAUNCH_EX,  /* cudaLaunchKernelExC(config, func, args) */
@@ -20,13 +22,6 @@ enum gs_k_site {
 	GS_K_CU_GRAPH,        /* cuGraphLaunch(exec, stream) */
 };
 
-/* Cookies of the naming programs. */
-enum gs_k_namer {
-	GS_K_MODULE_GET_FUNCTION, /* cuModuleGetFunction(CUfunction *, CUmodule, const char *) */
-	GS_K_LIBRARY_GET_KERNEL,  /* cuLibraryGetKernel(CUkernel *, CUlibrary, const char *) */
-	GS_K_KERNEL_GET_FUNCTION, /* cuKernelGetFunction(CUfunction *, CUkernel) */
-	GS_K_GET_KERNEL,          /* __cudaGetKernel(cudaKernel_t *, const void *stub) */
-};
 
 struct gs_k_key {
 	__u32 pid;

@@ -6,7 +6,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "common/api.h"
+#include "common/cuda_api.h"
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "latency/latency.h"

@@ -13,14 +13,15 @@
 #include "common/events.h"
 #include "core/bpf.h"
 #include "core/cuda_errors.h"
-#include "core/discovery.h"
+#include "core/cuda_api.h"
+#include "core/event_loop.h"
+#include "core/uprobe_session.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "latency.skel.h"
 #include "latency/histogram.h"
 #include "latency/latency.h"
 #include "latency/latency_cmd.h"
-#include "trace/trace.h"
 
 namespace gpuscope {
 
@@ -41,51 +42,29 @@ struct Snapshot {
 class Latency {
  public:
   explicit Latency(const LatencyOptions& o) : o_(o), selected_(select_apis(o.apis, "all")) {}
-  ~Latency() { destroy_links(links_); }
   int run();
 
  private:
-  void open_and_load();
-  void attach_object(const CudaObject& obj);
+  void open_and_load(UprobeSession& session);
   Snapshot read() const;
   void print(bool final);
 
   const LatencyOptions& o_;
   std::vector<bool> selected_;
   std::unique_ptr<latency_bpf, SkelDeleter> skel_;
-  std::vector<Link> links_;
   Writer out_;
   Snapshot prev_;
   int ncpus_ = libbpf_num_possible_cpus();
-  size_t objects_ = 0, sites_ = 0;
-  bool multi_ = false;
 };
 
-void Latency::open_and_load() {
-  multi_ = open_and_load_uprobes(skel_, latency_bpf__open, latency_bpf__load, [&](latency_bpf* skel) {
+void Latency::open_and_load(UprobeSession& session) {
+  bool multi = open_and_load_uprobes(skel_, latency_bpf__open, latency_bpf__load, [&](latency_bpf* skel) {
     auto* ro = skel->rodata;
     ro->per_process = o_.per_process;
     set_comm_filter(ro, o_.comm);
     return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
   });
-}
-
-void Latency::attach_object(const CudaObject& obj) {
-  objects_++;
-  UprobeMultiTarget t = collect_sites(obj, GS_API_COUNT, api_symbol, [&](unsigned api) { return selected_[api]; });
-  if (t.offsets.empty()) return;
-  AttachTally tally;
-  for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids) {
-    t.pid = pid;
-    for (bool ret : {false, true}) {
-      t.retprobe = ret;
-      attach_sites(ret ? skel_->progs.gs_lat_exit : skel_->progs.gs_lat_enter, t, multi_, links_, tally);
-    }
-  }
-  sites_ += tally.sites;
-  if (o_.verbose || !tally.err.empty())
-    fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in, t.offsets.size(),
-            tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
+  session.add({{skel_->progs.gs_lat_enter, false, selected_}, {skel_->progs.gs_lat_exit, true, selected_}}, multi);
 }
 
 template <typename K, typename F>
@@ -213,47 +192,21 @@ void Latency::print(bool final) {
 }
 
 int Latency::run() {
-  for (pid_t pid : o_.pids)
-    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
-  // Every traced name decides what counts as a CUDA object (so `--lib libcuda.so.1` with
-  // `--api cudaMalloc` is accepted); attach_object probes only the selected ones.
-  std::unordered_set<std::string> names;
-  for (unsigned i = 0; i < GS_API_COUNT; i++)
-    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(api_symbol(i)) + suf);
-  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
-  std::vector<CudaObject> initial;
-  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  Scope scope{o_.pids, o_.comm, o_.libs};
+  scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
-  open_and_load();
-  if (o_.pids.empty())
-    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
-  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
-  for (const auto& obj : initial) attach_object(obj);
-
-  StopControl stop(o_.duration_s);
-  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects; %s. Ctrl-C to end.\n", sites_, objects_,
+  UprobeSession session(scope, o_.verbose);
+  open_and_load(session);
+  session.start();
+  EventLoop loop(o_.duration_s);
+  session.watch(loop);
+  if (o_.interval_s > 0) loop.every(o_.interval_s, [this] { print(false); });
+  auto st = session.stats();
+  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects; %s. Ctrl-C to end.\n", st.probes, st.objects,
           o_.interval_s > 0 ? fmt::format("printing every {} s", o_.interval_s).c_str() : "printing at the end");
-  using clock = std::chrono::steady_clock;
-  auto next_scan = clock::now();
-  auto next_print = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
-  while (!stop.should_stop()) {
-    usleep(50000);
-    auto now = clock::now();
-    if (o_.interval_s > 0 && now >= next_print) {
-      print(false);
-      next_print += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
-    }
-    if (now < next_scan) continue;
-    next_scan = now + std::chrono::milliseconds(400);
-    for (const auto& obj : disc.scan_processes()) attach_object(obj);
-    if (!o_.pids.empty()) {
-      bool alive = false;
-      for (pid_t p : o_.pids) alive |= pid_exists(p);
-      if (!alive) break;
-    }
-  }
-  destroy_links(links_);
+  loop.run();
+  session.detach();
   print(true);
   return 0;
 }

@@ -21,12 +21,7 @@ const volatile bool capture_stacks = false;
  * that started before that may have allocated where gpuscope did not see it. */
 volatile __u64 watch_since_ns = 0;
 
-struct site_desc {
-	__u8 role, layer, category, pad;
-};
-
-#define GS_ML_SITE_DESC(id, sym, r, l, c) {.role = r, .layer = l, .category = c},
-static const struct site_desc sites[GS_ML_SITE_COUNT] = {GS_ML_SITES(GS_ML_SITE_DESC)};
+static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
 /* Per thread: the outermost probed call in flight. A runtime call that reaches the driver
  * bumps depth at the driver probe and is handled once, when the runtime call returns. */
@@ -81,12 +76,6 @@ struct {
 } ml_errors SEC(".maps");
 
 /* Pids whose mappings changed (exec, dlopen): userspace rescans those. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} ml_maps_changed SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -150,7 +139,7 @@ static __always_inline void count_error(struct gs_ml_proc *p, __u32 pid, __u8 op
 
 static __always_inline void account(struct gs_ml_proc *p, __u8 category, __s64 bytes, __s64 allocs)
 {
-	if (category == GS_ML_PINNED) {
+	if (category == GS_MEM_PINNED) {
 		__sync_fetch_and_add(&p->pinned_bytes, bytes);
 		__sync_fetch_and_add(&p->pinned_allocs, allocs);
 	} else {
@@ -317,7 +306,7 @@ SEC("uprobe")
 int ml_enter(struct pt_regs *ctx)
 {
 	__u64 site = bpf_get_attach_cookie(ctx);
-	if (site >= GS_ML_SITE_COUNT || !comm_matches())
+	if (site >= GS_API_COUNT || !comm_matches())
 		return 0;
 	struct thread_state *st =
 		bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -344,19 +333,19 @@ int ml_exit(struct pt_regs *ctx)
 	if (--st->depth > 0)
 		return 0;
 	__u32 site = st->site;
-	if (site >= GS_ML_SITE_COUNT)
+	if (site >= GS_API_COUNT)
 		return 0;
-	const struct site_desc *d = &sites[site];
+	const struct gs_api_desc *d = &apis[site];
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
 	struct gs_ml_proc *p = get_proc(pid);
 	if (!p)
 		return 0;
 
-	switch (d->role) {
-	case GS_ML_ALLOC:
-	case GS_ML_ALLOC_PITCH:
-	case GS_ML_VMM_CREATE: {
+	switch (d->mem_op) {
+	case GS_MEM_ALLOC:
+	case GS_MEM_ALLOC_PITCH:
+	case GS_MEM_VMM_CREATE: {
 		if (ret != 0) {
 			__sync_fetch_and_add(&p->allocs_failed, 1);
 			count_error(p, pid, GS_ML_OP_ALLOC, d->layer, ret);
@@ -364,15 +353,15 @@ int ml_exit(struct pt_regs *ctx)
 		}
 		__sync_fetch_and_add(&p->allocs_ok, 1);
 		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .site = site,
-					.category = d->category, .layer = d->layer, .device = -1};
+					.category = d->mem_cat, .layer = d->layer, .device = -1};
 		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR, .gen_ns = p->gen_ns};
 		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
 		a.size_bytes = st->arg[1];
-		if (d->role == GS_ML_ALLOC_PITCH) {
+		if (d->mem_op == GS_MEM_ALLOC_PITCH) {
 			__u64 pitch = 0;
 			bpf_probe_read_user(&pitch, sizeof(pitch), (void *)st->arg[1]);
 			a.size_bytes = pitch * st->arg[3];
-		} else if (d->role == GS_ML_VMM_CREATE) {
+		} else if (d->mem_op == GS_MEM_VMM_CREATE) {
 			__s32 loc[2] = {};
 			k.space = GS_ML_SPACE_HANDLE;
 			if (bpf_probe_read_user(loc, sizeof(loc), (void *)(st->arg[2] + GS_ML_PROP_LOCATION_TYPE_OFF)) == 0 &&
@@ -382,22 +371,22 @@ int ml_exit(struct pt_regs *ctx)
 		record(ctx, p, &k, &a);
 		return 0;
 	}
-	case GS_ML_FREE:
+	case GS_MEM_FREE:
 		if (st->arg[0] == 0 && ret == 0)
 			return 0; /* freeing NULL is a no-op (and cudaFree(0) the usual way to make a context) */
 		on_free(p, pid, site, d->layer, GS_ML_SPACE_ADDR, st->arg[0], ret);
 		return 0;
-	case GS_ML_VMM_RELEASE:
+	case GS_MEM_VMM_RELEASE:
 		on_free(p, pid, site, d->layer, GS_ML_SPACE_HANDLE, st->arg[0], ret);
 		return 0;
-	case GS_ML_VMM_MAP: {
+	case GS_MEM_VMM_MAP: {
 		if (ret != 0)
 			return 0;
 		/* cuMemMap(ptr, size, offset, handle, flags) */
 		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0], .gen_ns = p->gen_ns};
 		struct gs_ml_alloc m = {.size_bytes = st->arg[1], .ts_boot_ns = bpf_ktime_get_boot_ns(),
 					.handle = st->arg[3], .site = site,
-					.category = GS_ML_VMM, .layer = d->layer, .device = -1};
+					.category = GS_MEM_VMM, .layer = d->layer, .device = -1};
 		if (bpf_map_update_elem(&ml_allocs, &mk, &m, BPF_ANY) != 0) {
 			count_drop(GS_ML_DROP_ALLOCS_FULL);
 			return 0;
@@ -408,7 +397,7 @@ int ml_exit(struct pt_regs *ctx)
 			__sync_fetch_and_add(&h->vmm_mappings, 1);
 		return 0;
 	}
-	case GS_ML_VMM_UNMAP:
+	case GS_MEM_VMM_UNMAP:
 		if (ret == 0)
 			on_unmap(p, pid, st->arg[0], st->arg[1]);
 		return 0;
@@ -450,7 +439,6 @@ int BPF_PROG(ml_proc_exit, struct task_struct *task)
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 	__u32 pid = BPF_CORE_READ(task, tgid);
-	bpf_map_delete_elem(&ml_maps_changed, &pid);
 	return report_proc(task, pid, GS_ML_EV_EXIT);
 }
 
@@ -459,17 +447,5 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(ml_proc_exec, struct task_struct *task)
 {
 	__u32 pid = BPF_CORE_READ(task, tgid);
-	__u8 one = 1;
-	bpf_map_update_elem(&ml_maps_changed, &pid, &one, BPF_ANY);
 	return report_proc(task, pid, GS_ML_EV_EXEC);
-}
-
-/* The dynamic linker calls _dl_debug_state around every dlopen and dlclose. */
-SEC("uprobe")
-int ml_dl_change(struct pt_regs *ctx)
-{
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	__u8 one = 1;
-	bpf_map_update_elem(&ml_maps_changed, &pid, &one, BPF_ANY);
-	return 0;
 }

@@ -13,15 +13,16 @@
 #include <unordered_set>
 
 #include "core/bpf.h"
+#include "core/cuda_api.h"
 #include "core/cuda_errors.h"
-#include "core/discovery.h"
+#include "core/event_loop.h"
+#include "core/uprobe_session.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "memleak.skel.h"
 #include "memleak/memleak.h"
 #include "memleak/memleak_cmd.h"
 #include "core/symbolizer.h"
-#include "trace/trace.h"
 
 namespace gpuscope {
 
@@ -33,17 +34,13 @@ struct SkelDeleter {
   void operator()(memleak_bpf* s) const { memleak_bpf__destroy(s); }
 };
 
-#define GS_ML_SITE_NAME(id, sym, role, layer, cat) #sym,
-constexpr const char* kSiteNames[GS_ML_SITE_COUNT] = {GS_ML_SITES(GS_ML_SITE_NAME)};
-#undef GS_ML_SITE_NAME
-
-const char* site_name(unsigned s) { return s < GS_ML_SITE_COUNT ? kSiteNames[s] : "?"; }
-const char* layer_str(unsigned l) { return l == GS_ML_RUNTIME ? "runtime" : "driver"; }
+const char* site_name(unsigned s) { return api_symbol(s); }
+const char* layer_str(unsigned l) { return l == GS_LAYER_RUNTIME ? "runtime" : "driver"; }
 const char* category_str(unsigned c) {
   switch (c) {
-    case GS_ML_DEVICE: return "device";
-    case GS_ML_MANAGED: return "managed";
-    case GS_ML_PINNED: return "pinned";
+    case GS_MEM_DEVICE: return "device";
+    case GS_MEM_MANAGED: return "managed";
+    case GS_MEM_PINNED: return "pinned";
     default: return "vmm";
   }
 }
@@ -61,7 +58,7 @@ const char* reason_str(unsigned r) {
   }
 }
 std::string error_name(unsigned layer, int code) {
-  return layer == GS_ML_RUNTIME ? cuda_runtime_error_name(code) : cuda_driver_error_name(code);
+  return layer == GS_LAYER_RUNTIME ? cuda_runtime_error_name(code) : cuda_driver_error_name(code);
 }
 std::string hex(uint64_t v) { return fmt::format("0x{:x}", v); }
 std::string human(uint64_t b) {
@@ -146,12 +143,11 @@ struct Ending {
 class Memleak {
  public:
   explicit Memleak(const MemleakOptions& o) : o_(o) {}
-  ~Memleak() { destroy_links(links_); }
   int run();
 
  private:
-  void open_and_load();
-  void attach_object(const CudaObject& obj);
+  void open_and_load(UprobeSession& session);
+  void tick();
   void on_event(const gs_ml_event& e);
   void finish(const std::vector<Ending>& ends);
   void interval(bool last);
@@ -175,12 +171,11 @@ class Memleak {
   std::set<pid_t> dying_;
   std::map<uint32_t, std::string> comms_;
   std::set<std::tuple<uint32_t, uint32_t, uint64_t, uint64_t>> suspected_;  // (pid, space, addr, ts) listed
-  size_t objects_ = 0, sites_ = 0, attach_failures_ = 0, loader_hooks_ = 0;
-  bool multi_ = false, exits_ = true, exec_hook_ = true;
+  bool exits_ = true, exec_hook_ = true, attached_new_ = false;
 };
 
-void Memleak::open_and_load() {
-  multi_ = open_and_load_uprobes(skel_, memleak_bpf__open, memleak_bpf__load, [&](memleak_bpf* skel) {
+void Memleak::open_and_load(UprobeSession& session) {
+  bool multi = open_and_load_uprobes(skel_, memleak_bpf__open, memleak_bpf__load, [&](memleak_bpf* skel) {
     auto* ro = skel->rodata;
     set_comm_filter(ro, o_.comm);
     ro->capture_stacks = o_.stacks;
@@ -195,25 +190,9 @@ void Memleak::open_and_load() {
     links_.emplace_back(l);
   else
     exec_hook_ = false;
-}
-
-void Memleak::attach_object(const CudaObject& obj) {
-  objects_++;
-  UprobeMultiTarget t = collect_sites(obj, GS_ML_SITE_COUNT, site_name);
-  if (t.offsets.empty()) return;
-  AttachTally tally;
-  for (pid_t pid : o_.pids.empty() ? std::vector<pid_t>{-1} : o_.pids) {
-    t.pid = pid;
-    for (bool ret : {false, true}) {
-      t.retprobe = ret;
-      attach_sites(ret ? skel_->progs.ml_exit : skel_->progs.ml_enter, t, multi_, links_, tally);
-    }
-  }
-  sites_ += tally.sites;
-  attach_failures_ += tally.failures;
-  if (o_.verbose || !tally.err.empty())
-    fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), obj.seen_in, t.offsets.size(),
-            tally.err.empty() ? "" : ", attach failed: ", tally.err.c_str());
+  auto rows = apis_with_role(GS_ROLE_MEM);
+  session.add({{skel_->progs.ml_enter, false, rows}, {skel_->progs.ml_exit, true, rows}}, multi,
+              [this](const CudaObject&) { attached_new_ = true; });
 }
 
 const std::string& Memleak::comm_of(uint32_t pid) {
@@ -419,8 +398,6 @@ void Memleak::finish(const std::vector<Ending>& ends) {
     if (e.state == "exited") {
       comms_.erase(e.life.pid);
       stacks_.forget(static_cast<pid_t>(e.life.pid));
-      uint32_t pid = e.life.pid;
-      bpf_map_delete_elem(bpf_map__fd(skel_->maps.ml_maps_changed), &pid);
     } else {
       comms_.erase(e.life.pid);  // the new image has its own name
     }
@@ -499,83 +476,58 @@ void Memleak::interval(bool last) {
   out_.flush();
 }
 
+// After each wake-up: final rows of processes that ended, and stacks of new processes
+// snapshotted while they live.
+void Memleak::tick() {
+  finish(pending_);
+  pending_.clear();
+  out_.flush();
+  if (attached_new_) set_watch_point();
+  attached_new_ = false;
+  if (o_.stacks)
+    for_each_entry<uint32_t, gs_ml_proc>(bpf_map__fd(skel_->maps.ml_procs), [&](uint32_t pid, const gs_ml_proc&) {
+      if (!stacks_.has(static_cast<pid_t>(pid))) stacks_.snapshot(static_cast<pid_t>(pid));
+    });
+}
+
 int Memleak::run() {
-  for (pid_t pid : o_.pids)
-    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
-  if (!(o_.interval_s > 0)) throw UsageError("--interval must be positive");
-  if (!(o_.min_age_s >= 0)) throw UsageError("--min-age must not be negative");
-  std::unordered_set<std::string> names;
-  for (const char* s : kSiteNames)
-    for (const char* suf : kApiVariantSuffixes) names.insert(std::string(s) + suf);
-  Discovery disc([&](std::string_view n) { return names.count(std::string(n)) > 0; }, o_.pids);
-  std::vector<CudaObject> initial;
-  for (const auto& lib : o_.libs) initial.push_back(disc.add_path(lib));
+  Scope scope{o_.pids, o_.comm, o_.libs};
+  scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
-  open_and_load();
+  UprobeSession session(scope, o_.verbose);
+  open_and_load(session);
   if (!exits_) fprintf(stderr, "gpuscope: no tp_btf (%s): exits are noticed by a sweep every interval\n", strerror(errno));
-
-  if (o_.pids.empty())
-    for (auto& obj : disc.scan_ld_cache()) initial.push_back(std::move(obj));
-  for (auto& obj : disc.scan_processes()) initial.push_back(std::move(obj));
-  for (const auto& obj : initial) attach_object(obj);
-  if (o_.pids.empty()) loader_hooks_ += attach_loader_hooks(disc, skel_->progs.ml_dl_change, links_, o_.verbose);
+  session.start();
   set_watch_point();
-  if (o_.stacks)
+  attached_new_ = false;
+  if (o_.stacks) {
     for (pid_t p : o_.pids) stacks_.snapshot(p);
+    session.on_maps_changed([this](pid_t p) { stacks_.snapshot(p); });
+  }
 
   RingBuffer rb(bpf_map__fd(skel_->maps.ml_events), [&](const void* d, size_t sz) {
     if (sz >= sizeof(gs_ml_event)) on_event(*static_cast<const gs_ml_event*>(d));
   });
-  StopControl stop(o_.duration_s);
+  EventLoop loop(o_.duration_s);
+  loop.watch(rb);
+  session.watch(loop);
+  loop.after_wakeup([this] { tick(); });
+  loop.every(o_.interval_s, [this] {
+    sweep();
+    interval(false);
+  });
+  auto st = session.stats();
   fprintf(stderr, "gpuscope: tracking GPU memory at %zu probes in %zu CUDA objects; summary every %g s. Ctrl-C to end.\n",
-          sites_, objects_, o_.interval_s);
-
-  using clock = std::chrono::steady_clock;
-  const bool event_driven = o_.pids.empty() && exec_hook_ && loader_hooks_ > 0;
-  const auto full_period = event_driven ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(400);
-  auto step = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
-  auto next_full = clock::now() + full_period, next_print = clock::now() + step;
-  auto attach_new = [&](const std::vector<CudaObject>& objs) {
-    for (const auto& obj : objs) attach_object(obj);
-    if (!objs.empty()) set_watch_point();
-  };
-  while (!stop.should_stop()) {
-    rb.poll(100);
-    finish(pending_);
-    pending_.clear();
-    out_.flush();
-    auto changed = take_pids(bpf_map__fd(skel_->maps.ml_maps_changed));
-    if (o_.stacks) {
-      for (pid_t p : changed) stacks_.snapshot(p);
-      for_each_entry<uint32_t, gs_ml_proc>(bpf_map__fd(skel_->maps.ml_procs), [&](uint32_t pid, const gs_ml_proc&) {
-        if (!stacks_.has(static_cast<pid_t>(pid))) stacks_.snapshot(static_cast<pid_t>(pid));
-      });
-    }
-    if (event_driven && !changed.empty()) attach_new(disc.scan_processes(&changed));
-    auto now = clock::now();
-    if (now >= next_print) {
-      sweep();
-      interval(false);
-      next_print += step;
-      if (next_print < now) next_print = now + step;
-    }
-    if (now < next_full) continue;
-    next_full = now + full_period;
-    attach_new(disc.scan_processes());
-    if (o_.pids.empty()) loader_hooks_ += attach_loader_hooks(disc, skel_->progs.ml_dl_change, links_, o_.verbose);
-    if (!o_.pids.empty()) {
-      bool alive = false;
-      for (pid_t p : o_.pids) alive |= pid_exists(p);
-      if (!alive) break;
-    }
-  }
-  destroy_links(links_);
+          st.probes, st.objects, o_.interval_s);
+  loop.run();
+  session.detach();
   rb.drain();
   finish(pending_);
   pending_.clear();
   sweep();
   interval(true);
+  st = session.stats();
   int dfd = bpf_map__fd(skel_->maps.ml_drops);
   uint64_t full = percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL), procs_full = percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
            events = percpu_sum(dfd, GS_ML_DROP_EVENTS), state = percpu_sum(dfd, GS_ML_DROP_NO_STATE),
@@ -588,9 +540,10 @@ int Memleak::run() {
            {"calls_without_thread_state", state},
            {"stacks_lost", stacks},
            {"error_codes_not_recorded", errs},
-           {"probes", sites_},
-           {"objects", objects_},
-           {"attach_failures", attach_failures_}};
+           {"probes", st.probes},
+           {"objects", st.objects},
+           {"attach_failures", st.attach_failures},
+           {"attach_retries", st.attach_retries}};
     fmt::format_to(std::back_inserter(out_.buf()), "{}\n", j.dump());
   } else if (full || procs_full || events || state || stacks || errs) {
     fmt::format_to(std::back_inserter(out_.buf()),

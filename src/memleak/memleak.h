@@ -6,6 +6,7 @@
 #ifdef __cplusplus
 #include <linux/types.h>
 #endif
+#include "common/cuda_api.h"
 
 #define GS_ML_MAX_ALLOCS 131072 /* live allocations, VMM handles and mappings, all processes */
 #define GS_ML_MAX_PROCS 8192
@@ -19,50 +20,6 @@
 #define GS_ML_PROP_LOCATION_TYPE_OFF 8
 #define GS_ML_PROP_LOCATION_ID_OFF 12
 #define GS_ML_LOCATION_DEVICE 1
-
-enum gs_ml_role {
-	GS_ML_ALLOC,        /* (T **out, size_t size, ...) */
-	GS_ML_ALLOC_PITCH,  /* (T **out, size_t *pitch, size_t width, size_t height, ...) */
-	GS_ML_FREE,         /* (T *ptr, ...) */
-	GS_ML_VMM_CREATE,   /* cuMemCreate(handle *out, size_t size, const prop *, flags) */
-	GS_ML_VMM_RELEASE,  /* cuMemRelease(handle) */
-	GS_ML_VMM_MAP,      /* cuMemMap(ptr, size, offset, handle, flags) */
-	GS_ML_VMM_UNMAP,    /* cuMemUnmap(ptr, size) */
-};
-
-enum gs_ml_category { GS_ML_DEVICE, GS_ML_MANAGED, GS_ML_PINNED, GS_ML_VMM };
-enum gs_ml_layer { GS_ML_RUNTIME, GS_ML_DRIVER };
-
-/* X(id, symbol, role, layer, category). The attach cookie is the row. */
-#define GS_ML_SITES(X)                                                        \
-	X(CUDA_MALLOC, cudaMalloc, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE)          \
-	X(CUDA_MALLOC_MANAGED, cudaMallocManaged, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_MANAGED) \
-	X(CUDA_MALLOC_ASYNC, cudaMallocAsync, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE) \
-	X(CUDA_MALLOC_FROM_POOL_ASYNC, cudaMallocFromPoolAsync, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_DEVICE) \
-	X(CUDA_MALLOC_PITCH, cudaMallocPitch, GS_ML_ALLOC_PITCH, GS_ML_RUNTIME, GS_ML_DEVICE) \
-	X(CUDA_MALLOC_HOST, cudaMallocHost, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_PINNED)   \
-	X(CUDA_HOST_ALLOC, cudaHostAlloc, GS_ML_ALLOC, GS_ML_RUNTIME, GS_ML_PINNED)     \
-	X(CUDA_FREE, cudaFree, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_DEVICE)                 \
-	X(CUDA_FREE_ASYNC, cudaFreeAsync, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_DEVICE)      \
-	X(CUDA_FREE_HOST, cudaFreeHost, GS_ML_FREE, GS_ML_RUNTIME, GS_ML_PINNED)        \
-	X(CU_MEM_ALLOC, cuMemAlloc_v2, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE)         \
-	X(CU_MEM_ALLOC_MANAGED, cuMemAllocManaged, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_MANAGED) \
-	X(CU_MEM_ALLOC_PITCH, cuMemAllocPitch_v2, GS_ML_ALLOC_PITCH, GS_ML_DRIVER, GS_ML_DEVICE) \
-	X(CU_MEM_ALLOC_ASYNC, cuMemAllocAsync, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE) \
-	X(CU_MEM_ALLOC_FROM_POOL_ASYNC, cuMemAllocFromPoolAsync, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_DEVICE) \
-	X(CU_MEM_HOST_ALLOC, cuMemHostAlloc, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_PINNED)   \
-	X(CU_MEM_ALLOC_HOST, cuMemAllocHost_v2, GS_ML_ALLOC, GS_ML_DRIVER, GS_ML_PINNED) \
-	X(CU_MEM_FREE, cuMemFree_v2, GS_ML_FREE, GS_ML_DRIVER, GS_ML_DEVICE)            \
-	X(CU_MEM_FREE_ASYNC, cuMemFreeAsync, GS_ML_FREE, GS_ML_DRIVER, GS_ML_DEVICE)    \
-	X(CU_MEM_FREE_HOST, cuMemFreeHost, GS_ML_FREE, GS_ML_DRIVER, GS_ML_PINNED)      \
-	X(CU_MEM_CREATE, cuMemCreate, GS_ML_VMM_CREATE, GS_ML_DRIVER, GS_ML_VMM)        \
-	X(CU_MEM_RELEASE, cuMemRelease, GS_ML_VMM_RELEASE, GS_ML_DRIVER, GS_ML_VMM)     \
-	X(CU_MEM_MAP, cuMemMap, GS_ML_VMM_MAP, GS_ML_DRIVER, GS_ML_VMM)                 \
-	X(CU_MEM_UNMAP, cuMemUnmap, GS_ML_VMM_UNMAP, GS_ML_DRIVER, GS_ML_VMM)
-
-#define GS_ML_SITE_ENUM(id, sym, role, layer, cat) GS_ML_##id,
-enum gs_ml_site { GS_ML_SITES(GS_ML_SITE_ENUM) GS_ML_SITE_COUNT };
-#undef GS_ML_SITE_ENUM
 
 /* What a key's address names: a device or pinned pointer, a VMM physical handle, or the
  * virtual address a handle is mapped at. Frees of one kind never match another. */

@@ -8,41 +8,10 @@
 
 namespace gpuscope {
 
-#define GS_API_NAME(id, sym, ...) #sym,
-static const char* const kApiNames[GS_API_COUNT] = {GS_APIS(GS_API_NAME)};
-#undef GS_API_NAME
-static const gs_api_desc kApiDescs[GS_API_COUNT] = GS_API_DESC_TABLE;
-
-const char* api_symbol(unsigned api) { return api < GS_API_COUNT ? kApiNames[api] : "?"; }
-const gs_api_desc& api_desc(unsigned api) { return kApiDescs[api < GS_API_COUNT ? api : 0]; }
-const char* layer_name(unsigned layer) { return layer == GS_LAYER_RUNTIME ? "runtime" : "driver"; }
-
 const char* memcpy_kind_name(unsigned kind) {
   static const char* const names[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
                                       "cudaMemcpyDeviceToDevice", "cudaMemcpyDefault"};
   return kind < 5 ? names[kind] : "unknown";
-}
-
-std::vector<bool> select_apis(const std::vector<std::string>& names, const std::string& layer) {
-  if (layer != "all" && layer != "runtime" && layer != "driver")
-    throw UsageError("--layer must be runtime, driver or all, not '" + layer + "'");
-  std::vector<bool> sel(GS_API_COUNT, names.empty());
-  for (const auto& raw : names) {
-    std::string n = raw;
-    for (const char* suf : {"_ptsz", "_ptds"}) {
-      size_t l = strlen(suf);
-      if (n.size() > l && n.compare(n.size() - l, l, suf) == 0) n.resize(n.size() - l);
-    }
-    bool found = false;
-    for (unsigned i = 0; i < GS_API_COUNT; i++)
-      if (n == kApiNames[i]) sel[i] = found = true;
-    if (!found) throw UsageError("--api: unknown or untraced CUDA API '" + raw + "'");
-  }
-  for (unsigned i = 0; i < GS_API_COUNT; i++) {
-    if (layer == "runtime" && kApiDescs[i].layer != GS_LAYER_RUNTIME) sel[i] = false;
-    if (layer == "driver" && kApiDescs[i].layer != GS_LAYER_DRIVER) sel[i] = false;
-  }
-  return sel;
 }
 
 void normalize_event(gs_call_event& e) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* gpuscope trace: one entry and one exit program for every CUDA API in common/api.h.
+/* gpuscope trace: one entry and one exit program for every CUDA API in common/cuda_api.h.
  * The attach cookie is the API's row; the row says where each argument lives. */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
-#include "common/api.h"
+#include "common/cuda_api.h"
 #include "common/events.h"
 #include "common/uprobe_args.bpf.h"
 #include "common/comm_filter.bpf.h"
@@ -313,36 +313,5 @@ int gs_exit(struct pt_regs *ctx)
 		e->fields = GS_F_OUT;
 	}
 	submit(e);
-	return 0;
-}
-
-/* Processes whose mappings may have changed: the dynamic linker calls _dl_debug_state
- * around every dlopen/dlclose, and exec replaces everything. Userspace rescans just these
- * pids instead of every process's maps. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, __u8);
-} maps_changed SEC(".maps");
-
-static __always_inline void mark_maps_changed(void)
-{
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	__u8 one = 1;
-	bpf_map_update_elem(&maps_changed, &pid, &one, BPF_ANY);
-}
-
-SEC("uprobe")
-int gs_dl_change(struct pt_regs *ctx)
-{
-	mark_maps_changed();
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(gs_exec, struct task_struct *p)
-{
-	mark_maps_changed();
 	return 0;
 }

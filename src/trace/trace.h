@@ -4,44 +4,61 @@
 #include <time.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "common/api.h"
 #include "common/events.h"
-#include "core/probes.h"
+#include "core/cuda_api.h"
+#include "core/event_loop.h"
 #include "core/system.h"
+#include "core/uprobe_session.h"
+
+struct trace_bpf;
 
 namespace gpuscope {
 
-struct TraceOptions {
-  std::vector<pid_t> pids;
-  std::string comm;
-  std::vector<std::string> libs;
-  std::vector<std::string> apis;
-  std::string layer = "all";
-  bool hide_exits = false;
-  bool no_timestamps = false;
-  bool verbose = false;
-  bool json = false;
-  double duration_s = 0;
-  uint32_t ringbuf_kb = 4096;
+// The trace collector: one entry and one exit program for the selected rows of the site table,
+// each call delivered as a gs_call_event (normalized, the process name filled in).
+class TraceCollector {
+ public:
+  struct Config {
+    std::vector<bool> apis;  // rows to trace (select_apis)
+    bool exits = true;       // exit probes: durations and return codes
+    std::string comm;
+    uint32_t ringbuf_kb = 4096;
+  };
+  struct Stats {
+    uint64_t delivered = 0;
+    uint64_t lost_ringbuf = 0;  // ring buffer full
+    uint64_t lost_state = 0;    // calls whose entry state found no room
+  };
+  using Sink = std::function<void(const gs_call_event&)>;
+
+  // Loads the programs and hands them to the session, which attaches them.
+  TraceCollector(UprobeSession& session, Config cfg, Sink sink);
+  ~TraceCollector();
+  void watch(EventLoop& loop);
+  void drain();
+  Stats stats() const;
+
+ private:
+  void handle(const void* data, size_t size);
+  Config cfg_;
+  Sink sink_;
+  std::unique_ptr<trace_bpf, void (*)(trace_bpf*)> skel_;
+  std::unique_ptr<RingBuffer> rb_;
+  ProcessNames names_;
+  uint64_t delivered_ = 0;
 };
-
-int run_trace(const TraceOptions& opts);
-
-// The API table, by row.
-const char* api_symbol(unsigned api);
-const gs_api_desc& api_desc(unsigned api);
-const char* layer_name(unsigned layer);
-// --api names, matching variants (cudaMemcpyAsync_ptsz -> cudaMemcpyAsync); throws UsageError.
-std::vector<bool> select_apis(const std::vector<std::string>& names, const std::string& layer);
 
 // Fills in `fields` from the API row and moves an exit's out value to its member.
 void normalize_event(gs_call_event& e);
 
+// The trace views: a terminal table and JSON lines.
 struct FormatContext {
   int64_t realtime_offset_ns = 0;
   bool timestamps = true;

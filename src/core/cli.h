@@ -1,0 +1,55 @@
+#pragma once
+// What every subcommand shares on the command line, declared once: -d/--json/-v, the scope
+// flags -p/-c/--lib, one validator for numeric flags, and the registry main() runs from.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+#include "core/uprobe_session.h"
+
+namespace gpuscope {
+
+struct CommonFlags {
+  double duration_s = 0;
+  bool json = false;
+  bool verbose = false;
+};
+
+// -d/--duration, --json, -v.
+void add_common_flags(CLI::App* cmd, CommonFlags& c);
+// -p/--pid, -c/--comm and, with `libs`, --lib.
+void add_scope_flags(CLI::App* cmd, Scope& s, bool libs = true);
+
+// A numeric flag read as text and checked here, so that nan, inf, overflow and negative
+// values of unsigned flags all get the same one-line error:
+// "--duration must be a number of seconds between 0 and 31536000".
+// `what` names the unit ("seconds", "milliseconds", "bytes", ...).
+template <class T>
+CLI::Option* add_number(CLI::App* cmd, const std::string& flags, T& dst, const std::string& help, const char* what,
+                        double lo, double hi);
+// The longest name of an option's flags ("-d,--duration" -> "--duration").
+std::string flag_name(const std::string& flags);
+// Parses and range-checks one value; throws UsageError.
+double parse_number(const std::string& flag, const std::string& text, const char* what, double lo, double hi,
+                    bool integer);
+
+// A subcommand and what runs it once it is parsed.
+void add_command(CLI::App* sub, std::function<int()> run);
+// Runs the parsed subcommand; 0 when none ran.
+int run_parsed_command(CLI::App& app);
+
+template <class T>
+CLI::Option* add_number(CLI::App* cmd, const std::string& flags, T& dst, const std::string& help, const char* what,
+                        double lo, double hi) {
+  std::string name = flag_name(flags);
+  T* p = &dst;
+  return cmd->add_option_function<std::string>(
+      flags,
+      [p, name, what, lo, hi](const std::string& v) {
+        *p = static_cast<T>(parse_number(name, v, what, lo, hi, std::is_integral_v<T>));
+      },
+      help);
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,265 @@
+#include "core/uprobe_session.h"
+
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "core/session.h"
+#include "session.skel.h"
+
+namespace gpuscope {
+
+void Scope::validate() const {
+  for (pid_t pid : pids)
+    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
+}
+
+std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred) {
+  std::vector<bool> rows(GS_API_COUNT);
+  for (unsigned i = 0; i < GS_API_COUNT; i++) rows[i] = pred(api_desc(i));
+  return rows;
+}
+
+namespace {
+
+// Every symbol of the selected rows, variants included, each file offset once, the row as
+// cookie.
+UprobeMultiTarget sites_of(const CudaObject& obj, const std::vector<bool>& rows) {
+  UprobeMultiTarget t;
+  std::unordered_set<uint64_t> offsets;
+  for (unsigned i = 0; i < GS_API_COUNT; i++) {
+    if (!rows[i]) continue;
+    for (const char* suf : kApiVariantSuffixes) {
+      const ElfSymbol* sym = obj.symbols->find(std::string(api_symbol(i)) + suf);
+      if (!sym || !offsets.insert(sym->file_offset).second) continue;
+      t.offsets.push_back(sym->file_offset);
+      t.cookies.push_back(i);
+    }
+  }
+  return t;
+}
+
+struct AttachTally {
+  size_t sites = 0;     // probe sites attached
+  size_t failures = 0;  // probe sites that could not be
+  std::string err;      // the last error
+};
+
+// One uprobe_multi link when `multi`, else one link per site.
+void attach_sites(bpf_program* prog, const UprobeMultiTarget& t, bool multi, std::vector<Link>& links,
+                  AttachTally& tally) {
+  if (multi) {
+    if (Link l = attach_uprobe_multi(prog, t, &tally.err)) {
+      links.push_back(std::move(l));
+      tally.sites += t.offsets.size();
+    } else {
+      tally.failures += t.offsets.size();
+    }
+    return;
+  }
+  for (size_t i = 0; i < t.offsets.size(); i++) {
+    if (Link l = attach_uprobe(prog, {t.path, t.offsets[i], t.pid, t.cookies[i], t.retprobe}, &tally.err)) {
+      links.push_back(std::move(l));
+      tally.sites++;
+    } else {
+      tally.failures++;
+    }
+  }
+}
+
+void destroy_session(session_bpf* s) { session_bpf__destroy(s); }
+
+}  // namespace
+
+UprobeSession::UprobeSession(Scope scope, bool verbose)
+    : scope_(std::move(scope)), verbose_(verbose), skel_(nullptr, destroy_session) {}
+
+UprobeSession::~UprobeSession() { detach(); }
+
+void UprobeSession::add(std::vector<SiteProbe> probes, bool multi, std::function<void(const CudaObject&)> on_attached) {
+  clients_.push_back({std::move(probes), multi, std::move(on_attached)});
+}
+
+// Any row of the table makes a file a CUDA object (so that `--lib libcuda.so.1` is accepted
+// while only runtime rows are selected); attach() probes only the selected rows.
+bool UprobeSession::wanted(std::string_view sym) const {
+  for (unsigned i = 0; i < GS_API_COUNT; i++) {
+    std::string_view base = api_symbol(i);
+    if (sym.substr(0, base.size()) != base) continue;
+    std::string_view rest = sym.substr(base.size());
+    for (const char* suf : kApiVariantSuffixes)
+      if (rest == suf) return true;
+  }
+  return false;
+}
+
+size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& path, std::string* err) {
+  size_t attached = 0;
+  const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
+  for (auto& c : clients_)
+    for (auto& p : c.probes) {
+      UprobeMultiTarget t = sites_of(obj, p.rows);
+      if (t.offsets.empty()) continue;
+      t.path = path;
+      t.retprobe = p.retprobe;
+      for (pid_t pid : pids) {
+        t.pid = pid;
+        AttachTally tally;
+        attach_sites(p.prog, t, c.multi, links_, tally);
+        attached += tally.sites;
+        stats_.attach_failures += tally.failures;
+        if (!tally.err.empty()) *err = tally.err;
+      }
+    }
+  return attached;
+}
+
+bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
+  size_t wanted_sites = 0;
+  for (auto& c : clients_)
+    for (auto& p : c.probes) wanted_sites += sites_of(obj, p.rows).offsets.size();
+  if (wanted_sites == 0) {  // a CUDA object, but none of the selected rows is in it
+    disc_->attached(obj);
+    stats_.objects++;
+    if (verbose_) fprintf(stderr, "gpuscope: %s (pid %d): 0 probe sites\n", obj.path.c_str(), obj.seen_in);
+    return true;
+  }
+  std::string err;
+  size_t n = attach_through(obj, obj.open_path, &err);
+  pid_t via = obj.seen_in;
+  for (size_t i = 0; n == 0 && i < obj.alternates.size(); i++) {
+    stats_.attach_retries++;
+    via = obj.alternates[i].first;
+    n = attach_through(obj, obj.alternates[i].second, &err);
+  }
+  if (verbose_ || (n == 0 && !err.empty()))
+    fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), via, n,
+            err.empty() ? "" : ", attach failed: ", err.c_str());
+  if (n == 0) {
+    if (from_lib) throw UsageError("--lib " + obj.path + ": no probe could be attached (" + err + ")");
+    if (!disc_->attach_failed(obj)) stats_.objects_given_up++;
+    return false;
+  }
+  disc_->attached(obj);
+  stats_.objects++;
+  stats_.probes += n;
+  for (auto& c : clients_)
+    if (c.on_attached) c.on_attached(obj);
+  return true;
+}
+
+void UprobeSession::start() {
+  scope_.validate();
+  disc_ = std::make_unique<Discovery>([this](std::string_view n) { return wanted(n); }, scope_.pids);
+  std::vector<CudaObject> libs;
+  for (const auto& lib : scope_.libs) libs.push_back(disc_->add_path(lib));
+
+  skel_.reset(session_bpf__open_and_load());
+  if (skel_) {
+    if (bpf_link* l = bpf_program__attach(skel_->progs.gs_session_exec)) {
+      links_.emplace_back(l);
+      stats_.exec_hook = true;
+    }
+    notices_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.session_events), [this](const void* d, size_t n) {
+      if (n >= sizeof(gs_session_event)) noticed_.push_back(static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid));
+    });
+  } else if (verbose_) {
+    fprintf(stderr, "gpuscope: no exec/dlopen hooks (%s): libraries are found by rescans only\n", strerror(errno));
+  }
+
+  for (const auto& obj : libs) attach(obj, true);
+  std::vector<CudaObject> found;
+  if (scope_.pids.empty())
+    for (auto& obj : disc_->scan_ld_cache()) found.push_back(std::move(obj));
+  for (auto& obj : disc_->scan_processes()) found.push_back(std::move(obj));
+  std::set<pid_t> initial(scope_.pids.begin(), scope_.pids.end());
+  for (const auto& obj : found) {
+    if (attach(obj, false) && obj.seen_in > 0) initial.insert(obj.seen_in);
+  }
+  initial_pids_.assign(initial.begin(), initial.end());
+  rescan(nullptr);  // only for the loader hooks: the objects are attached by now
+  event_driven_ = stats_.exec_hook && stats_.loader_hooks > 0;
+  if (verbose_) fprintf(stderr, "gpuscope: library discovery: %s\n", discovery_mode().c_str());
+}
+
+void UprobeSession::rescan(const std::vector<pid_t>* only) {
+  if (only) {
+    for (const auto& obj : disc_->scan_processes(only)) attach(obj, false);
+  } else if (next_full_ != EventLoop::Clock::time_point{}) {
+    for (const auto& obj : disc_->scan_processes()) attach(obj, false);
+  }
+  if (!skel_) return;
+  const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
+  for (const auto& ld : disc_->take_new_loaders())
+    for (pid_t pid : pids) {
+      std::string err;
+      if (Link l = attach_uprobe(skel_->progs.gs_session_dl_change, {ld.open_path, ld.debug_state_offset, pid, 0, false}, &err)) {
+        links_.push_back(std::move(l));
+        stats_.loader_hooks++;
+      } else if (verbose_) {
+        fprintf(stderr, "gpuscope: cannot watch dlopen in %s: %s\n", ld.open_path.c_str(), err.c_str());
+      }
+    }
+}
+
+std::string UprobeSession::discovery_mode() const {
+  // With -p the watched pids are few: rescanning them often costs little.
+  const bool fast = !scope_.pids.empty() || !event_driven_;
+  return fmt::format("{}, {} every {} ({} dynamic-linker hooks, exec hook {})",
+                     event_driven_ ? "on exec and dlopen" : "no exec/dlopen hooks",
+                     scope_.pids.empty() ? "all processes rescanned" : "the watched pids rescanned",
+                     fast ? "400 ms" : "5 s", stats_.loader_hooks, stats_.exec_hook ? "on" : "off");
+}
+
+void UprobeSession::refresh() {
+  if (notices_) notices_->drain();
+  if (!noticed_.empty()) {
+    std::vector<pid_t> pids;
+    std::sort(noticed_.begin(), noticed_.end());
+    noticed_.erase(std::unique(noticed_.begin(), noticed_.end()), noticed_.end());
+    for (pid_t p : noticed_)
+      if (scope_.pids.empty() || std::find(scope_.pids.begin(), scope_.pids.end(), p) != scope_.pids.end())
+        pids.push_back(p);
+    noticed_.clear();
+    for (pid_t p : pids)
+      for (auto& f : maps_changed_) f(p);
+    if (!pids.empty()) rescan(&pids);
+  }
+  auto now = EventLoop::Clock::now();
+  if (now < next_full_) return;
+  const bool fast = !scope_.pids.empty() || !event_driven_;
+  bool first = next_full_ == EventLoop::Clock::time_point{};
+  next_full_ = now + (fast ? std::chrono::milliseconds(400) : std::chrono::milliseconds(5000));
+  if (!first) rescan(nullptr);
+}
+
+bool UprobeSession::targets_alive() const {
+  if (scope_.pids.empty()) return true;
+  for (pid_t p : scope_.pids)
+    if (pid_exists(p)) return true;
+  return false;
+}
+
+void UprobeSession::watch(EventLoop& loop) {
+  if (notices_) loop.watch(*notices_);
+  refresh();  // sets the first full-rescan time
+  loop.after_wakeup([this, &loop] {
+    refresh();
+    if (!targets_alive()) loop.stop();
+  });
+}
+
+SessionStats UprobeSession::stats() const {
+  SessionStats s = stats_;
+  if (skel_) s.notices_lost = percpu_sum(bpf_map__fd(skel_->maps.session_drops), GS_SESSION_DROP_EVENTS);
+  return s;
+}
+
+void UprobeSession::detach() { destroy_links(links_); }
+
+}  // namespace gpuscope

@@ -1,0 +1,134 @@
+#pragma once
+// The uprobe session: every CUDA object within the scope is found (--lib, the dynamic
+// linker's cache, running processes, and each process again at its exec or dlopen), and each
+// client's programs are attached at the rows of the site table (common/cuda_api.h) it selects,
+// with the row as the cookie. A capability brings its programs and rows; discovery, attach,
+// rescans, -p/-c and target liveness live here once.
+#include <sys/types.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bpf.h"
+#include "core/cuda_api.h"
+#include "core/discovery.h"
+#include "core/event_loop.h"
+#include "core/system.h"
+
+struct session_bpf;
+
+namespace gpuscope {
+
+// -p, -c and --lib: which processes and files a capability watches.
+struct Scope {
+  std::vector<pid_t> pids;        // only these host pids; empty: every process
+  std::string comm;               // only processes with this name (checked in BPF)
+  std::vector<std::string> libs;  // also probe these files
+  // Throws UsageError for a pid that does not exist.
+  void validate() const;
+};
+
+// One program at the selected rows, entry or return.
+struct SiteProbe {
+  bpf_program* prog;
+  bool retprobe;
+  std::vector<bool> rows;  // GS_API_COUNT entries
+};
+
+// Rows of the site table whose description satisfies pred.
+std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred);
+
+struct SessionStats {
+  size_t objects = 0;          // CUDA objects attached
+  size_t probes = 0;           // probe sites attached, all clients
+  size_t attach_failures = 0;  // probe sites that could not be
+  size_t attach_retries = 0;   // objects whose attach was retried through another process
+  size_t objects_given_up = 0; // objects that could not be attached through any process
+  size_t loader_hooks = 0;     // dynamic linkers watched for dlopen
+  bool exec_hook = false;
+  uint64_t notices_lost = 0;   // exec/dlopen notices the BPF side could not deliver
+};
+
+class UprobeSession {
+ public:
+  UprobeSession(Scope scope, bool verbose);
+  ~UprobeSession();
+  UprobeSession(const UprobeSession&) = delete;
+  UprobeSession& operator=(const UprobeSession&) = delete;
+
+  // A collector's programs; `multi` when they were loaded as uprobe_multi
+  // (open_and_load_uprobes). `on_attached` runs after each object is attached.
+  void add(std::vector<SiteProbe> probes, bool multi, std::function<void(const CudaObject&)> on_attached = {});
+  // fn(pid) for each process in scope whose mappings may have changed (exec, dlopen), before
+  // it is rescanned.
+  void on_maps_changed(std::function<void(pid_t)> fn) { maps_changed_.push_back(std::move(fn)); }
+  // Attaches everything reachable now and starts watching exec and dlopen. Throws UsageError
+  // when nothing of a --lib file can be attached.
+  void start();
+  // Rescans on exec/dlopen notices as they arrive, all processes every few seconds, and stops
+  // the loop once every -p pid has gone.
+  void watch(EventLoop& loop);
+  // Takes the notices and rescans now (watch() does this on every wake-up).
+  void refresh();
+  bool targets_alive() const;
+  // Processes in which objects were found by start().
+  const std::vector<pid_t>& initial_pids() const { return initial_pids_; }
+  const Scope& scope() const { return scope_; }
+  SessionStats stats() const;
+  // The "library discovery: ..." line of -v.
+  std::string discovery_mode() const;
+  // Detaches every probe (in parallel: each detach waits for an RCU grace period).
+  void detach();
+
+ private:
+  struct Client {
+    std::vector<SiteProbe> probes;
+    bool multi;
+    std::function<void(const CudaObject&)> on_attached;
+  };
+  bool attach(const CudaObject& obj, bool from_lib);
+  size_t attach_through(const CudaObject& obj, const std::string& path, std::string* err);
+  void rescan(const std::vector<pid_t>* only);
+  bool wanted(std::string_view sym) const;
+
+  Scope scope_;
+  bool verbose_;
+  std::vector<Client> clients_;
+  std::unique_ptr<Discovery> disc_;
+  std::unique_ptr<session_bpf, void (*)(session_bpf*)> skel_;
+  std::unique_ptr<RingBuffer> notices_;
+  std::vector<pid_t> noticed_;
+  std::vector<std::function<void(pid_t)>> maps_changed_;
+  std::vector<Link> links_;
+  std::vector<pid_t> initial_pids_;
+  SessionStats stats_;
+  bool event_driven_ = false;
+  EventLoop::Clock::time_point next_full_{};
+};
+
+// Opens and loads a skeleton (open, load: its generated functions) with its uprobe programs as
+// uprobe_multi where the kernel has that (6.6+), else as one perf-event uprobe per site.
+// `configure(skel)` sets what has to be set before load and returns the uprobe programs.
+// Returns whether they are uprobe_multi; throws UsageError when neither way loads.
+template <class Skel, class Ptr, class Configure>
+bool open_and_load_uprobes(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Configure configure) {
+  for (bool multi : {true, false}) {
+    skel.reset(open());
+    if (!skel) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+    std::vector<bpf_program*> progs = configure(skel.get());
+    if (multi)
+      for (bpf_program* p : progs) prepare_uprobe_multi(p);
+    int err = load(skel.get());
+    if (err == 0) return multi;
+    if (!multi)
+      throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                       " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  }
+  return false;
+}
+
+}  // namespace gpuscope

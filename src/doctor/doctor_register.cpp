@@ -1,0 +1,14 @@
+#include "core/cli.h"
+
+namespace gpuscope {
+
+int run_doctor(bool json);
+
+void register_doctor(CLI::App& app) {
+  auto* common = new CommonFlags;  // lives as long as the program
+  auto* cmd = app.add_subcommand("doctor", "Check what this host supports and which subcommands will work");
+  add_common_flags(cmd, *common);
+  add_command(cmd, [=] { return run_doctor(common->json); });
+}
+
+}  // namespace gpuscope

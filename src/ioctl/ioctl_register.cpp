@@ -1,0 +1,31 @@
+#include "core/cli.h"
+#include "ioctl/ioctl_cmd.h"
+
+namespace gpuscope {
+
+void register_ioctl(CLI::App& app) {
+  auto* o = new IoctlOptions;  // these live as long as the program
+  auto* common = new CommonFlags;
+  auto* scope = new Scope;
+  auto* cmd = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
+  add_common_flags(cmd, *common);
+  add_scope_flags(cmd, *scope, false);
+  cmd->add_flag("--events", o->events, "Also print one line per ioctl as it returns");
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01, 86400);
+  cmd->add_flag("--raw-syscalls", o->raw_syscalls, "Use raw_tp sys_enter/sys_exit even where tracefs works");
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope ioctl -d 10                 # which processes talk to the driver, and how\n"
+      "  gpuscope ioctl -p 1234 --events --json\n"
+      "  gpuscope ioctl -c python3");
+  add_command(cmd, [=] {
+    o->duration_s = common->duration_s;
+    o->json = common->json;
+    o->verbose = common->verbose;
+    o->pids = scope->pids;
+    o->comm = scope->comm;
+    return run_ioctl(*o);
+  });
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,31 @@
+#include "core/cli.h"
+#include "kernels/kernels_cmd.h"
+
+namespace gpuscope {
+
+void register_kernels(CLI::App& app) {
+  auto* o = new KernelsOptions;  // these live as long as the program
+  auto* common = new CommonFlags;
+  auto* scope = new Scope;
+  auto* cmd = app.add_subcommand("kernels", "Count kernel launches per process and kernel, named, counted in BPF");
+  add_common_flags(cmd, *common);
+  add_scope_flags(cmd, *scope);
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
+  add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope kernels                     # every process's launches, refreshed each second\n"
+      "  gpuscope kernels -p 1234 --top 20\n"
+      "  gpuscope kernels -c python3 --json --interval 5");
+  add_command(cmd, [=] {
+    o->duration_s = common->duration_s;
+    o->json = common->json;
+    o->verbose = common->verbose;
+    o->pids = scope->pids;
+    o->comm = scope->comm;
+    o->libs = scope->libs;
+    return run_kernels(*o);
+  });
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,122 @@
+#include "trace/trace_cmd.h"
+
+#include "core/cli.h"
+#include "core/clock.h"
+#include "core/output.h"
+#include "trace/trace.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct TraceOptions {
+  CommonFlags common;
+  Scope scope;
+  std::vector<std::string> apis;
+  std::string layer = "all";
+  bool hide_exits = false;
+  bool no_timestamps = false;
+  uint32_t ringbuf_kb = 4096;
+};
+
+// The trace view: each call as a table row or a JSON line, and the closing summary.
+class TraceView {
+ public:
+  explicit TraceView(const TraceOptions& o) : o_(o) {
+    fmt_.realtime_offset_ns = realtime_minus_boottime_ns();
+    fmt_.timestamps = !o.no_timestamps;
+    fmt_.cgroups = &cgroups_;
+  }
+  void header() {
+    if (!o_.common.json) format_table_header(fmt_, out_.buf());
+    out_.flush();
+  }
+  void event(const gs_call_event& e) {
+    if (e.phase == GS_PHASE_EXIT && o_.hide_exits) return;
+    if (o_.common.json)
+      format_event_json(e, fmt_, out_.buf());
+    else
+      format_event_table(e, fmt_, out_.buf());
+  }
+  void flush() { out_.flush(); }
+  void summary(const TraceCollector::Stats& t, const SessionStats& s) {
+    if (o_.common.json) {
+      JsonLine(out_.buf())
+          .str("type", "summary")
+          .num("events", t.delivered)
+          .num("lost", t.lost_ringbuf)
+          .num("lost_ringbuf_full", t.lost_ringbuf)
+          .num("untracked_calls_state_full", t.lost_state)
+          .num("objects", s.objects)
+          .num("probes", s.probes)
+          .num("attach_failures", s.attach_failures)
+          .num("attach_retries", s.attach_retries)
+          .num("notices_lost", s.notices_lost)
+          .end();
+    } else {
+      fmt::format_to(std::back_inserter(out_.buf()),
+                     "\n{} events delivered, {} lost (ring buffer full); {} calls without exit state (map full); "
+                     "{} probes in {} objects\n",
+                     t.delivered, t.lost_ringbuf, t.lost_state, s.probes, s.objects);
+    }
+    out_.flush();
+  }
+
+ private:
+  const TraceOptions& o_;
+  Writer out_;
+  FormatContext fmt_;
+  CgroupNames cgroups_;
+};
+
+int run_trace(const TraceOptions& o) {
+  if (o.ringbuf_kb & (o.ringbuf_kb - 1)) throw UsageError("--ringbuf-kb must be a power of two");
+  std::vector<bool> apis = select_apis(o.apis, o.layer);
+  o.scope.validate();
+  require_bpf_privileges();
+  set_libbpf_verbose(o.common.verbose);
+  UprobeSession session(o.scope, o.common.verbose);
+  TraceView view(o);
+  TraceCollector trace(session, {apis, !o.hide_exits, o.scope.comm, o.ringbuf_kb},
+                       [&](const gs_call_event& e) { view.event(e); });
+  session.start();
+  EventLoop loop(o.common.duration_s);
+  trace.watch(loop);
+  session.watch(loop);
+  loop.after_wakeup([&] { view.flush(); });
+  auto st = session.stats();
+  fprintf(stderr,
+          "gpuscope: tracing %zu probes in %zu CUDA objects; new copies are picked up as they are mapped. Ctrl-C to "
+          "end.\n",
+          st.probes, st.objects);
+  view.header();
+  loop.run();
+  trace.drain();
+  view.summary(trace.stats(), session.stats());
+  session.detach();
+  return 0;
+}
+
+}  // namespace
+
+void register_trace(CLI::App& app) {
+  auto* o = new TraceOptions;  // lives as long as the program
+  auto* cmd = app.add_subcommand("trace", "Trace CUDA runtime and driver API calls");
+  add_common_flags(cmd, o->common);
+  add_scope_flags(cmd, o->scope);
+  cmd->add_option("--api", o->apis, "Trace only these APIs (comma-separated; variants included)")->delimiter(',');
+  cmd->add_option("--layer", o->layer, "runtime, driver or all (default all)");
+  cmd->add_flag("-r", o->hide_exits, "Entry only: no exit probes, no return codes");
+  cmd->add_flag("-t", o->no_timestamps, "Drop timestamps");
+  add_number(cmd, "--ringbuf-kb", o->ringbuf_kb, "Ring buffer size in KiB, a power of two (default 4096)", "KiB", 4,
+             1u << 20);
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope trace                     # every CUDA call on the host\n"
+      "  gpuscope trace -p 1234 --json      # one process, JSON lines\n"
+      "  gpuscope trace --api cudaMalloc,cuMemAlloc_v2 -d 10\n"
+      "  gpuscope trace --layer driver -c python3");
+  add_command(cmd, [o] { return run_trace(*o); });
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,7 @@
+#pragma once
+namespace CLI {
+class App;
+}
+namespace gpuscope {
+void register_trace(CLI::App& app);
+}

@@ -1,0 +1,21 @@
+#include "core/cli.h"
+#include "uvm/uvm_cmd.h"
+
+namespace gpuscope {
+
+void register_uvm(CLI::App& app) {
+  auto* o = new UvmOptions;  // these live as long as the program
+  auto* common = new CommonFlags;
+  auto* cmd = app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
+  add_common_flags(cmd, *common);
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
+  add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
+  add_command(cmd, [=] {
+    o->duration_s = common->duration_s;
+    o->json = common->json;
+    o->verbose = common->verbose;
+    return run_uvm(*o);
+  });
+}
+
+}  // namespace gpuscope
