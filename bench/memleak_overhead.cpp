@@ -23,8 +23,6 @@ using namespace gpuscope;
 namespace {
 
 
-#define GS_ML_SITE_NAME(id, sym, role, layer, cat) #sym,
-constexpr const char* kSites[] = {GS_ML_SITES(GS_ML_SITE_NAME)};
 
 }  // namespace
 
@@ -63,9 +61,9 @@ int main(int argc, char** argv) {
     auto syms = ElfSymbols::read(lib);
     UprobeMultiTarget t;
     t.path = lib;
-    for (const char* name : kSites)
+    for (unsigned row = 0; row < GS_API_COUNT; row++)
       for (const char* suf : kApiVariantSuffixes)
-        if (auto* s = syms.find(std::string(name) + suf);
+        if (auto* s = api_has_role(row, GS_ROLE_MEM) ? syms.find(std::string(api_symbol(row)) + suf) : nullptr;
             s && std::find(t.offsets.begin(), t.offsets.end(), s->file_offset) == t.offsets.end())
           t.offsets.push_back(s->file_offset), t.cookies.push_back(0);
     nsites += t.offsets.size();

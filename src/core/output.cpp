@@ -2,33 +2,49 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace gpuscope {
 
-void json_escape(fmt::memory_buffer& out, std::string_view s) {
-  size_t clean = 0;
-  while (clean < s.size() && static_cast<unsigned char>(s[clean]) >= 0x20 && s[clean] != '"' && s[clean] != '\\')
-    clean++;
-  out.append(s.substr(0, clean));
-  for (unsigned char c : s.substr(clean)) {
-    switch (c) {
-      case '"': out.append(std::string_view("\\\"")); break;
-      case '\\': out.append(std::string_view("\\\\")); break;
-      case '\n': out.append(std::string_view("\\n")); break;
-      case '\t': out.append(std::string_view("\\t")); break;
-      default:
-        if (c < 0x20)
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-        else
-          out.push_back(static_cast<char>(c));
-    }
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when the byte there starts none.
+size_t utf8_len(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; k++)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  if (n == 2 && c < 0xc2) return 0;  // overlong
+  if (n == 3) {
+    auto c1 = static_cast<unsigned char>(s[i + 1]);
+    if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0)) return 0;  // overlong, surrogate
   }
+  if (n == 4) {
+    auto c1 = static_cast<unsigned char>(s[i + 1]);
+    if ((c == 0xf0 && c1 < 0x90) || c > 0xf4 || (c == 0xf4 && c1 >= 0x90)) return 0;
+  }
+  return n;
 }
 
+}  // namespace
+
 char* json_escape_to(char* p, std::string_view s) {
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c != '"' && c != '\\') {
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
       *p++ = static_cast<char>(c);
+      i++;
       continue;
+    }
+    if (c >= 0x80) {
+      if (size_t n = utf8_len(s, i)) {
+        memcpy(p, s.data() + i, n);
+        p += n;
+        i += n;
+        continue;
+      }
     }
     *p++ = '\\';
     switch (c) {
@@ -37,14 +53,34 @@ char* json_escape_to(char* p, std::string_view s) {
       case '\n': *p++ = 'n'; break;
       case '\t': *p++ = 't'; break;
       default:
+        // A control character, or a byte of no valid UTF-8 sequence (read as Latin-1).
         *p++ = 'u';
         *p++ = '0';
         *p++ = '0';
         *p++ = "0123456789abcdef"[c >> 4];
         *p++ = "0123456789abcdef"[c & 15];
     }
+    i++;
   }
   return p;
+}
+
+void json_escape(fmt::memory_buffer& out, std::string_view s) {
+  size_t at = out.size();
+  out.resize(at + s.size() * 6);
+  char* end = json_escape_to(out.data() + at, s);
+  out.resize(static_cast<size_t>(end - out.data()));
+}
+
+JsonLine& JsonLine::real_value(double v, int decimals) {
+  if (!std::isfinite(v)) {
+    put("null", 4);
+    return *this;
+  }
+  char tmp[64];
+  auto r = decimals < 0 ? fmt::format_to_n(tmp, sizeof tmp, "{}", v) : fmt::format_to_n(tmp, sizeof tmp, "{:.{}f}", v, decimals);
+  put(tmp, std::min(r.size, sizeof tmp));
+  return *this;
 }
 
 void Writer::flush() {

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/bpf.h"
+#include "core/map_walk.h"
 #include "core/clock.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -124,13 +125,7 @@ void IoctlCounter::print(bool final) {
   auto it = std::back_inserter(out_.buf());
   int fd = bpf_map__fd(skel_->maps.ioctls);
   std::vector<std::pair<gs_ioctl_key, gs_ioctl_val>> rows;
-  gs_ioctl_key key{}, next{};
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    gs_ioctl_val v{};
-    if (bpf_map_lookup_elem(fd, &key, &v) != 0) continue;
+  for_each_entry<gs_ioctl_key, gs_ioctl_val>(fd, [&](const gs_ioctl_key& key, const gs_ioctl_val& v) {
     gs_ioctl_val d = v;
     if (auto p = prev_.find(key); p != prev_.end()) {
       d.count -= p->second.count;
@@ -139,7 +134,7 @@ void IoctlCounter::print(bool final) {
     }
     prev_[key] = v;
     if (d.count) rows.push_back({key, d});
-  }
+  });
   // The maximum is per report: reset it where it was read.
   for (auto& [k, v] : rows) {
     gs_ioctl_val cur_v{};
@@ -154,20 +149,14 @@ void IoctlCounter::print(bool final) {
   });
   std::vector<std::pair<gs_mmap_key, gs_mmap_val>> maps;
   int mfd = bpf_map__fd(skel_->maps.mmaps);
-  gs_mmap_key mk{}, mnext{};
-  cur = nullptr;
-  while (bpf_map_get_next_key(mfd, cur, &mnext) == 0) {
-    mk = mnext;
-    cur = &mk;
-    gs_mmap_val v{};
-    if (bpf_map_lookup_elem(mfd, &mk, &v) != 0) continue;
+  for_each_entry<gs_mmap_key, gs_mmap_val>(mfd, [&](const gs_mmap_key& mk, const gs_mmap_val& v) {
     auto& p = prev_mmap_[{mk.pid, mk.rdev}];
     gs_mmap_val d = v;
     d.count -= p.count;
     d.bytes -= p.bytes;
     p = v;
     if (d.count) maps.push_back({mk, d});
-  }
+  });
   if (o_.json) {
     for (auto& [k, v] : rows) {
       auto r = decode_ioctl(kmajor(k.rdev), uvm_major_, k.request);

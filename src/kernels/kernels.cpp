@@ -21,6 +21,7 @@
 #include "core/demangle.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
+#include "core/map_walk.h"
 #include "core/uprobe_session.h"
 #include "core/elf_symbols.h"
 #include "core/output.h"
@@ -386,38 +387,25 @@ void Kernels::on_event(const gs_k_event& e) {
 
 std::map<Key, uint64_t> Kernels::read_counts(std::optional<uint32_t> only) {
   std::map<Key, uint64_t> r;
-  int fd = bpf_map__fd(skel_->maps.counts);
-  gs_k_key key{}, next{};
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    if (only && key.pid != *only) continue;
-    gs_k_val v;
-    if (bpf_map_lookup_elem(fd, &key, &v) != 0) continue;
+  for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
+    if (only && key.pid != *only) return;
     Key k{key.pid, key.layer, key.handle};
     r[k] = v.count;
     callers_.try_emplace(k, v.caller);
-  }
+  });
   return r;
 }
 
 // New rows are named while their process still runs: a short-lived one may be gone by the
 // next interval, and with it its maps.
 void Kernels::learn_new_keys() {
-  int fd = bpf_map__fd(skel_->maps.counts);
-  gs_k_key key{}, next{};
-  const void* cur = nullptr;
   std::vector<Key> fresh;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
+  for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
     Key k{key.pid, key.layer, key.handle};
-    gs_k_val v;
-    if (resolved_.count(k) || guessed_.count(k) || bpf_map_lookup_elem(fd, &key, &v) != 0) continue;
+    if (resolved_.count(k) || guessed_.count(k)) return;
     callers_.try_emplace(k, v.caller);
     fresh.push_back(k);
-  }
+  });
   for (auto& k : fresh) {
     if (comms_[std::get<0>(k)].empty()) comms_[std::get<0>(k)] = proc_comm(static_cast<pid_t>(std::get<0>(k)));
     Name nm = resolve(k, callers_[k]);
@@ -467,10 +455,7 @@ void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool e
       j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", r.name.kernel);
       j.str("module", r.name.module).num("launches", r.launches);
       if (exited) j.boolean("exited", true);
-      j.end();
-      // JsonLine writes no floating-point values: splice the rate in before the '}'.
-      out_.buf().resize(out_.buf().size() - 2);
-      fmt::format_to(it, ",\"rate\":{:.1f}}}\n", rate);
+      j.real("rate", rate, 1).end();
     } else {
       table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
                              exited ? "exited" : fmt::format("{:.1f}", rate), r.name.kernel, r.name.module});
@@ -513,14 +498,10 @@ void Kernels::process_exited(uint32_t pid) {
     prev_.erase(k), resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
   }
   int afd = bpf_map__fd(skel_->maps.aliases);
-  gs_k_alias_key key{}, next{};
   std::vector<gs_k_alias_key> dead;
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(afd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    if (key.pid == pid) dead.push_back(key);
-  }
+  for_each_entry<gs_k_alias_key, uint64_t>(afd, [&](const gs_k_alias_key& k, uint64_t) {
+    if (k.pid == pid) dead.push_back(k);
+  });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
   std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
   std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });

@@ -15,6 +15,7 @@
 #include "core/cuda_errors.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
+#include "core/map_walk.h"
 #include "core/uprobe_session.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -54,7 +55,6 @@ class Latency {
   std::unique_ptr<latency_bpf, SkelDeleter> skel_;
   Writer out_;
   Snapshot prev_;
-  int ncpus_ = libbpf_num_possible_cpus();
 };
 
 void Latency::open_and_load(UprobeSession& session) {
@@ -67,29 +67,9 @@ void Latency::open_and_load(UprobeSession& session) {
   session.add({{skel_->progs.gs_lat_enter, false, selected_}, {skel_->progs.gs_lat_exit, true, selected_}}, multi);
 }
 
-template <typename K, typename F>
-void for_each_percpu(int fd, int ncpus, F f) {
-  std::vector<uint64_t> vals(ncpus);
-  K key{}, next{};
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    if (bpf_map_lookup_elem(fd, &key, vals.data()) != 0) continue;
-    f(key, vals);
-  }
-}
-
 Snapshot Latency::read() const {
   Snapshot s;
-  int fd = bpf_map__fd(skel_->maps.stats);
-  std::vector<gs_lat_stats> vals(ncpus_);
-  gs_lat_key key{}, next{};
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    if (bpf_map_lookup_elem(fd, &key, vals.data()) != 0) continue;
+  for_each_percpu_entry<gs_lat_key, gs_lat_stats>(bpf_map__fd(skel_->maps.stats), [&](const gs_lat_key& key, auto& vals) {
     auto& h = s.hist[{key.pid, key.api}];
     auto& m = s.max[{key.pid, key.api}];
     for (auto& v : vals) {
@@ -97,8 +77,8 @@ Snapshot Latency::read() const {
       m = std::max<uint64_t>(m, v.max_ns);
       if (v.ret_zero) s.rets[{key.pid, key.api, 0}] += v.ret_zero;
     }
-  }
-  for_each_percpu<gs_lat_ret_key>(bpf_map__fd(skel_->maps.rets), ncpus_, [&](const gs_lat_ret_key& k, auto& v) {
+  });
+  for_each_percpu_entry<gs_lat_ret_key, uint64_t>(bpf_map__fd(skel_->maps.rets), [&](const gs_lat_ret_key& k, auto& v) {
     uint64_t n = 0;
     for (auto x : v) n += x;
     s.rets[{k.pid, k.api, k.ret}] += n;
@@ -139,20 +119,18 @@ void Latency::print(bool final) {
       j.str("type", "latency");
       if (o_.per_process) j.num("pid", pid);
       j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
-      j.end();
-      // Buckets are an array of objects; JsonLine writes flat objects, so splice it in before '}'.
-      auto& b = out_.buf();
-      b.resize(b.size() - 2);
-      fmt::format_to(it, ",\"buckets\":[");
       unsigned first = kLatBuckets, last = 0;
       for (unsigned i = 0; i < kLatBuckets; i++)
         if (s.buckets[i]) first = std::min(first, i), last = i;
-      for (unsigned i = first; i <= last; i++)
-        fmt::format_to(it, "{}{{\"le_ns\":{},\"count\":{}}}", i == first ? "" : ",", bucket_le(i), s.buckets[i]);
-      fmt::format_to(it, "],\"count\":{},\"p50_ns\":{},\"p95_ns\":{},\"p99_ns\":{},\"max_ns\":{}}}\n", s.count(),
-                     static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)),
-                     static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)),
-                     static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)), s.max_ns);
+      j.begin_array("buckets");
+      for (unsigned i = first; i <= last; i++) j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
+      j.end_array();
+      j.num("count", s.count())
+          .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))
+          .num("p95_ns", static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)))
+          .num("p99_ns", static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)))
+          .num("max_ns", s.max_ns)
+          .end();
     } else {
       std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
                                       o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");

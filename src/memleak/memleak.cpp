@@ -16,6 +16,7 @@
 #include "core/cuda_api.h"
 #include "core/cuda_errors.h"
 #include "core/event_loop.h"
+#include "core/map_walk.h"
 #include "core/uprobe_session.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -77,52 +78,6 @@ uint64_t boot_ns() {
   timespec t;
   clock_gettime(CLOCK_BOOTTIME, &t);
   return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
-
-// Every entry, read in batches (a few syscalls for the whole map), or key by key where the
-// kernel has no batch operations for the map. Entries are collected before `f` runs, so it
-// may delete.
-template <typename K, typename V, typename F>
-void for_each_entry(int fd, F f) {
-  std::vector<K> keys;
-  std::vector<V> vals;
-  uint32_t chunk = 1024, in = 0, out = 0;
-  bool first = true, batched = true;
-  for (;;) {
-    size_t have = keys.size();
-    keys.resize(have + chunk);
-    vals.resize(have + chunk);
-    uint32_t n = chunk;
-    int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, &keys[have], &vals[have], &n, nullptr);
-    int e = err ? errno : 0;
-    if (err && e != ENOENT) n = 0;
-    keys.resize(have + n);
-    vals.resize(have + n);
-    if (err && e == ENOSPC) {  // a bucket holds more than one chunk
-      chunk *= 4;
-      continue;
-    }
-    if (err && e != ENOENT) {
-      batched = false;
-      break;
-    }
-    first = false;
-    in = out;
-    if (err) break;  // ENOENT: that was the last batch
-  }
-  if (!batched) {
-    keys.clear();
-    vals.clear();
-    K key{}, next{};
-    const void* cur = nullptr;
-    while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-      V v;
-      if (bpf_map_lookup_elem(fd, &next, &v) == 0) keys.push_back(next), vals.push_back(v);
-      key = next;
-      cur = &key;
-    }
-  }
-  for (size_t i = 0; i < keys.size(); i++) f(keys[i], vals[i]);
 }
 
 // A process's life: its pid and the gen_ns of its counters.

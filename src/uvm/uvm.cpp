@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/bpf.h"
+#include "core/map_walk.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "uvm.skel.h"
@@ -172,14 +173,7 @@ void Uvm::print() {
   }
   std::vector<std::pair<uint64_t, gs_uvm_thrash_val>> top;
   int fd = bpf_map__fd(skel_->maps.thrashing);
-  uint64_t key = 0, next = 0;
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    key = next;
-    cur = &key;
-    gs_uvm_thrash_val v{};
-    if (bpf_map_lookup_elem(fd, &key, &v) == 0) top.push_back({key, v});
-  }
+  for_each_entry<uint64_t, gs_uvm_thrash_val>(fd, [&](uint64_t k, const gs_uvm_thrash_val& v) { top.push_back({k, v}); });
   for (auto& [k, v] : top) bpf_map_delete_elem(fd, &k);
   std::sort(top.begin(), top.end(), [](auto& a, auto& b) { return a.second.count > b.second.count; });
   if (top.size() > o_.top) top.resize(o_.top);

@@ -1,0 +1,137 @@
+// The CUDA site table checked against the toolkit's own headers: every row names a function
+// declared there with the row's layer, and every argument position points at a parameter of
+// the right kind.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/cuda_api.h"
+#include "core/system.h"
+
+namespace gpuscope {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const std::string& runtime_headers() {
+  static const std::string s = slurp(CUDA_INCLUDE_DIR "/cuda_runtime_api.h") +
+                               slurp(CUDA_INCLUDE_DIR "/crt/device_functions.h");
+  return s;
+}
+const std::string& driver_header() {
+  static const std::string s = slurp(CUDA_INCLUDE_DIR "/cuda.h");
+  return s;
+}
+
+// The parameters of the first declaration of `name` returning `ret`, or nothing.
+std::optional<std::vector<std::string>> params_of(const std::string& text, const std::string& ret,
+                                                  const std::string& name) {
+  std::regex re(ret + R"(\s+)" + name + R"(\s*\(([^;]*?)\)\s*;)");
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return std::nullopt;
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : m[1].str()) {
+    if (c == '(') depth++;
+    if (c == ')') depth--;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (cur.find_first_not_of(" \t\n") != std::string::npos && cur.find("void") != cur.find_first_not_of(" \t\n"))
+    out.push_back(cur);
+  return out;
+}
+
+// The name cuda.h declares for an exported versioned symbol: `#define cuMemAlloc cuMemAlloc_v2`.
+std::string declared_name(const std::string& sym) {
+  std::regex re(R"(#define\s+(\w+)\s+(?:__CUDA_API_PTS[ZD]\()?)" + sym + R"(\b)");
+  std::smatch m;
+  if (std::regex_search(driver_header(), m, re)) return m[1].str();
+  return sym;
+}
+
+struct Decl {
+  std::vector<std::string> params;
+};
+
+Decl decl_of(unsigned api) {
+  const gs_api_desc& d = api_desc(api);
+  std::string sym = api_symbol(api);
+  std::optional<std::vector<std::string>> p;
+  if (d.layer == GS_LAYER_RUNTIME)
+    p = params_of(runtime_headers(), R"(cudaError_t\s+CUDARTAPI)", sym);
+  else
+    p = params_of(driver_header(), R"(CUresult\s+CUDAAPI)", declared_name(sym));
+  EXPECT_TRUE(p.has_value()) << sym << " is not declared with the " << layer_name(d.layer) << " layer's return type";
+  return {p.value_or(std::vector<std::string>{})};
+}
+
+TEST(CudaApiTable, EveryRowIsDeclaredInTheToolkitWithItsLayer) {
+  std::set<std::string> seen;
+  for (unsigned i = 0; i < GS_API_COUNT; i++) {
+    EXPECT_TRUE(seen.insert(api_symbol(i)).second) << api_symbol(i) << " appears twice";
+    EXPECT_NE(api_desc(i).roles, 0) << api_symbol(i) << " plays no role";
+    decl_of(i);
+  }
+}
+
+TEST(CudaApiTable, ArgumentPositionsPointAtParametersOfTheRightKind) {
+  for (unsigned i = 0; i < GS_API_COUNT; i++) {
+    const gs_api_desc& d = api_desc(i);
+    auto params = decl_of(i).params;
+    SCOPED_TRACE(api_symbol(i));
+    auto param = [&](unsigned char pos) -> std::string {
+      EXPECT_LE(pos, params.size()) << "argument " << int(pos) - 1 << " of " << params.size();
+      return pos && pos <= params.size() ? params[pos - 1] : std::string();
+    };
+    if (d.outp) EXPECT_NE(param(d.outp).find('*'), std::string::npos) << "out argument must be a pointer";
+    if (d.size) EXPECT_NE(param(d.size).find("size_t"), std::string::npos);
+    if (d.stream) EXPECT_TRUE(std::regex_search(param(d.stream), std::regex("cudaStream_t|CUstream")));
+    if (d.event) EXPECT_TRUE(std::regex_search(param(d.event), std::regex("cudaEvent_t|CUevent")));
+    if (d.graph) EXPECT_TRUE(std::regex_search(param(d.graph), std::regex("[Gg]raph")));
+    if (d.kind) EXPECT_NE(param(d.kind).find("cudaMemcpyKind"), std::string::npos);
+    if (d.device) EXPECT_NE(param(d.device).find("int"), std::string::npos);
+    if (d.handle) EXPECT_NE(param(d.handle).find("CUmemGenericAllocationHandle"), std::string::npos);
+    for (unsigned char pos : {d.ptr, d.dst, d.src})
+      if (pos) EXPECT_TRUE(std::regex_search(param(pos), std::regex(R"(\*|CUdeviceptr)")));
+    if (d.roles & GS_ROLE_MEM) {
+      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_ALLOC_PITCH || d.mem_op == GS_MEM_VMM_CREATE)
+        EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*\s*\*|CUdeviceptr\s*\*|Handle\s*\*|\*\s*\w+$)")));
+      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_VMM_CREATE)
+        EXPECT_NE(param(2).find("size_t"), std::string::npos) << "memleak reads the size from the second argument";
+      if (d.mem_op == GS_MEM_FREE) EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*|CUdeviceptr)")));
+    }
+    if (d.roles & GS_ROLE_NAMER) EXPECT_NE(param(1).find('*'), std::string::npos) << "namers return the handle";
+    if (d.special == GS_SP_CU_LAUNCH) EXPECT_EQ(params.size(), 11u);
+    if (d.special == GS_SP_RT_LAUNCH) EXPECT_EQ(params.size(), 6u);
+  }
+}
+
+TEST(CudaApiTable, RolesSelectTheirRows) {
+  auto mem = apis_with_role(GS_ROLE_MEM);
+  EXPECT_TRUE(mem[GS_API_CUDA_MALLOC_PITCH]);
+  EXPECT_FALSE(mem[GS_API_CU_LAUNCH_KERNEL]);
+  auto calls = select_apis({}, "all");
+  EXPECT_TRUE(calls[GS_API_CUDA_MALLOC]);
+  EXPECT_FALSE(calls[GS_API_CUDA_GET_KERNEL]) << "naming rows are not traced calls";
+  EXPECT_THROW(select_apis({"__cudaGetKernel"}, "all"), UsageError);
+  auto launches = apis_with_role(GS_ROLE_LAUNCH);
+  for (unsigned i = 0; i < GS_API_COUNT; i++)
+    if (launches[i]) EXPECT_NE(api_desc(i).special, GS_SP_NONE) << api_symbol(i) << ": a launch needs its decoding";
+}
+
+}  // namespace
+}  // namespace gpuscope
