@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what gpuscope builds and tests with (Debian 12 packages). Idempotent.
 set -euo pipefail
-pkgs=(cmake make g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
+pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
       libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev libgtest-dev libbenchmark-dev
       python3 util-linux libcap2-bin)
 missing=()
