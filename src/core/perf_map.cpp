@@ -23,7 +23,8 @@ std::vector<PerfMapEntry> parse_perf_map(std::string_view text) {
     if (!end2 || *end2 != ' ') continue;
     out.push_back({start, size, std::string(end2 + 1)});
   }
-  std::stable_sort(out.begin(), out.end(), [](const PerfMapEntry& a, const PerfMapEntry& b) { return a.start < b.start; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const PerfMapEntry& a, const PerfMapEntry& b) { return a.start < b.start; });
   return out;
 }
 
