@@ -12,18 +12,22 @@ add_custom_command(
 add_custom_target(vmlinux_h DEPENDS ${GPUSCOPE_GEN_DIR}/vmlinux.h)
 
 # gpuscope_bpf(NAME SOURCE): builds NAME.bpf.o and NAME.skel.h; adds target NAME_skel.
+# Header dependencies come from clang itself (-MD -MF NAME.bpf.d, read through DEPFILE), which every
+# generator honours (Makefiles and Ninja alike, CMake >= 3.20): touching src/common/*.h or any header
+# a .bpf.c includes rebuilds its object and skeleton.
 function(gpuscope_bpf name src)
   set(obj ${GPUSCOPE_GEN_DIR}/${name}.bpf.o)
+  set(dep ${GPUSCOPE_GEN_DIR}/${name}.bpf.d)
   set(skel ${GPUSCOPE_GEN_DIR}/${name}.skel.h)
   get_filename_component(abs ${src} ABSOLUTE)
   get_filename_component(dir ${abs} DIRECTORY)
-  file(GLOB_RECURSE common_headers ${PROJECT_SOURCE_DIR}/src/common/*.h)
   add_custom_command(
     OUTPUT ${obj}
     COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Wno-unused-function
-            -I${GPUSCOPE_GEN_DIR} -I${PROJECT_SOURCE_DIR}/src -I${dir} -c ${abs} -o ${obj}
-    DEPENDS ${abs} ${GPUSCOPE_GEN_DIR}/vmlinux.h ${common_headers}
-    IMPLICIT_DEPENDS C ${abs}
+            -I${GPUSCOPE_GEN_DIR} -I${PROJECT_SOURCE_DIR}/src -I${dir} -MD -MF ${dep} -MT ${obj}
+            -c ${abs} -o ${obj}
+    DEPENDS ${abs} ${GPUSCOPE_GEN_DIR}/vmlinux.h
+    DEPFILE ${dep}
     COMMENT "BPF ${name}")
   add_custom_command(
     OUTPUT ${skel}

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what gpuscope builds and tests with (Debian 12 packages). Idempotent.
 set -euo pipefail
-pkgs=(cmake make g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
+pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
       libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev libgtest-dev libbenchmark-dev
-      python3 util-linux libcap2-bin)
+      python3 util-linux libcap2-bin
+      # libFuzzer and clang's sanitizer runtimes (tests/fuzz), only "recommended" by clang-14;
+      # clang-format for scripts/check-format.sh. ninja-build: the DEPFILE test of cmake/Bpf.cmake.
+      libclang-rt-14-dev clang-format)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -1,8 +1,32 @@
 #!/usr/bin/env bash
-# The whole test suite, as root: unit tests, real-BPF integration tests, benchmark smoke runs.
+# The whole test suite, as root: unit tests, real-BPF integration tests, benchmark smoke runs,
+# fuzz targets (30 s each) and the format check; then the ASAN+UBSAN build and its tests
+# (scripts/test-asan.sh). A failure of either fails the run, and the main ctest summary is
+# printed again at the very end. GPUSCOPE_ASAN=advisory reports the sanitizer step without
+# failing on it; GPUSCOPE_ASAN=off skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 bash scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 300
+main_rc=0
+(cd build && ctest --output-on-failure --timeout 300) 2>&1 | tee build/ctest-main.log || main_rc=$?
+
+asan_rc=0
+case ${GPUSCOPE_ASAN:-on} in
+  off) echo "test.sh: ASAN+UBSAN step skipped (GPUSCOPE_ASAN=off)" ;;
+  *)
+    bash scripts/test-asan.sh || asan_rc=$?
+    if ((asan_rc)); then
+      echo "test.sh: ASAN+UBSAN step FAILED (exit $asan_rc): see above and build-asan/sanitizer-logs/"
+      [ "${GPUSCOPE_ASAN:-on}" = advisory ] && asan_rc=0
+    else
+      echo "test.sh: ASAN+UBSAN step passed"
+    fi
+    ;;
+esac
+
+# The closing lines are the main ctest run's summary.
+echo "--- main ctest summary (build/)"
+sed -n '/tests passed\|tests failed out of/,$p' build/ctest-main.log
+((main_rc)) && exit "$main_rc"
+exit "$asan_rc"
