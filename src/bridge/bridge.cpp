@@ -349,7 +349,7 @@ bool Bridge::tick() {
   putil_max_.clear();
   for (unsigned i = 0; i < n; i++) {
     nvml_->processes(nvml_->devices()[i], procs_);
-    if (!procs_.empty()) read_process_utilization(i);
+    read_process_utilization(i);  // also on a device without processes, so its samples never pile up
     for (auto& p : procs_) {
       gpu_pid_device v{};
       v.timestamp_ns = now_rt;
