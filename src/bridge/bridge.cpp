@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -19,6 +20,8 @@
 
 #include "bridge/bridge_maps.h"
 #include "bridge/nvml.h"
+#include "bridge/pin_dir.h"
+#include "bridge_pins.skel.h"
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/output.h"
@@ -29,27 +32,22 @@ namespace gpuscope {
 
 namespace {
 
-struct MapSpec {
-  const char* pin;
-  const char* name;  // the kernel keeps 15 characters
-  bpf_map_type type;
-  uint32_t key_size, value_size, max_entries;
-};
 enum { kMeta, kDevice, kPerPid, kPerPidDevice };
-constexpr MapSpec kMaps[] = {
-    {GPU_PIN_META, "gpu_meta", BPF_MAP_TYPE_ARRAY, 4, sizeof(gpu_meta), 1},
-    {GPU_PIN_DEVICE, "gpu_device", BPF_MAP_TYPE_ARRAY, 4, sizeof(gpu_device_metrics), GPU_MAX_DEVICES},
-    {GPU_PIN_PER_PID, "gpu_per_pid", BPF_MAP_TYPE_LRU_HASH, 4, sizeof(gpu_pid), GPU_BRIDGE_MAX_PIDS},
-    {GPU_PIN_PER_PID_PER_DEVICE, "gpu_pid_dev", BPF_MAP_TYPE_LRU_HASH, 8, sizeof(gpu_pid_device),
-     GPU_BRIDGE_MAX_PID_DEVICES},
-};
+constexpr const char* kPins[4] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
 
-bool compatible(int fd, const MapSpec& s) {
+using PinsSkel = std::unique_ptr<bridge_pins_bpf, void (*)(bridge_pins_bpf*)>;
+
+std::array<bpf_map*, 4> skel_maps(bridge_pins_bpf* s) {
+  return {s->maps.gpu_meta, s->maps.gpu_device, s->maps.gpu_per_pid, s->maps.gpu_per_pid_per_device};
+}
+
+// The contract's test for reuse in place: type, key size, value size and entries.
+bool compatible(int fd, const bpf_map* want) {
   bpf_map_info info{};
   uint32_t len = sizeof info;
   if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return false;
-  return info.type == static_cast<uint32_t>(s.type) && info.key_size == s.key_size &&
-         info.value_size == s.value_size && info.max_entries == s.max_entries;
+  return info.type == static_cast<uint32_t>(bpf_map__type(want)) && info.key_size == bpf_map__key_size(want) &&
+         info.value_size == bpf_map__value_size(want) && info.max_entries == bpf_map__max_entries(want);
 }
 
 // kill(pid, 0) alone calls an unreaped zombie alive.
@@ -93,6 +91,7 @@ constexpr auto kPcieRefresh = std::chrono::seconds(5);
 
 struct DeviceState {
   uint64_t last_seen_us = 0;  // newest utilization sample consumed
+  uint64_t proc_last_seen_us = 0;  // newest per-process utilization sample consumed
   uint64_t start_us = 0;
   uint64_t sample_gap_us = 0;  // smallest spacing seen between samples
   uint64_t read_us = 0;        // last read of the buffer that found new samples
@@ -103,27 +102,31 @@ struct DeviceState {
 
 class Bridge {
  public:
-  explicit Bridge(const BridgeOptions& o) : o_(o), dir_(o.pin_dir.empty() ? "/sys/fs/bpf" : o.pin_dir) {}
+  explicit Bridge(const BridgeOptions& o) : o_(o), dir_(o.pin_dir) {}
   int run();
 
  private:
-  void check_pin_dir();
   void refuse_if_held();
   void open_maps();
   void clear_hash(int fd);
   bool tick();
   void read_device(unsigned i, gpu_device_metrics& m, bool* from_sample);
-  std::string path(const MapSpec& s) const { return dir_ + "/" + s.pin; }
+  void read_process_utilization(unsigned i);
+  std::string path(int map) const { return dir_ + "/" + kPins[map]; }
 
   const BridgeOptions& o_;
   std::string dir_;
   std::unique_ptr<nvml::Library> nvml_;
+  PinsSkel skel_{nullptr, bridge_pins_bpf__destroy};
   Fd maps_[4];
   bool reused_[4] = {};
   std::vector<DeviceState> state_;
   bool pcie_read_this_tick_ = false;
   std::vector<nvml::Sample> samples_;
   std::vector<nvml::Proc> procs_;
+  std::vector<nvml::ProcessUtilizationSample> putil_;
+  // This tick's per-process utilization, the maximum of its samples, by (pid << 32) | device.
+  std::unordered_map<uint64_t, nvml::ProcessUtilizationSample> putil_max_;
   std::unordered_map<uint32_t, gpu_pid> pids_;
   std::unordered_set<uint64_t> published_pid_devices_, next_pid_devices_;
   std::unordered_set<uint32_t> published_pids_;
@@ -137,18 +140,9 @@ class Bridge {
   Writer out_;
 };
 
-void Bridge::check_pin_dir() {
-  if (o_.pin_dir.empty()) {
-    std::string why;
-    if (!ensure_bpffs(&why)) throw UsageError(why);
-  } else if (!is_bpffs(dir_)) {
-    throw UsageError(fmt::format("--pin-dir {} is not a directory on bpffs", dir_));
-  }
-}
-
 void Bridge::refuse_if_held() {
-  Fd fd(bpf_obj_get(path(kMaps[kMeta]).c_str()));
-  if (!fd || !compatible(fd.get(), kMaps[kMeta])) return;
+  Fd fd(bpf_obj_get(path(kMeta).c_str()));
+  if (!fd || !compatible(fd.get(), skel_->maps.gpu_meta)) return;
   gpu_meta m{};
   uint32_t key = 0;
   if (bpf_map_lookup_elem(fd.get(), &key, &m) != 0) return;
@@ -174,22 +168,31 @@ void Bridge::clear_hash(int fd) {
 }
 
 void Bridge::open_maps() {
+  auto maps = skel_maps(skel_.get());
   for (int i = 0; i < 4; i++) {
-    const MapSpec& s = kMaps[i];
-    std::string p = path(s);
-    Fd fd(bpf_obj_get(p.c_str()));
-    if (fd && compatible(fd.get(), s)) {
+    Fd fd(bpf_obj_get(path(i).c_str()));
+    if (fd && compatible(fd.get(), maps[i])) {
+      if (int err = bpf_map__reuse_fd(maps[i], fd.get()))
+        throw std::runtime_error(fmt::format("cannot reuse {}: {}", path(i), strerror(-err)));
       reused_[i] = true;
-      maps_[i] = std::move(fd);
-      continue;
     }
-    unlink(p.c_str());  // incompatible, or not there at all
-    Fd created(bpf_map_create(s.type, s.name, s.key_size, s.value_size, s.max_entries, nullptr));
-    if (!created) throw std::runtime_error(fmt::format("cannot create map {}: {}", s.pin, strerror(errno)));
-    if (bpf_obj_pin(created.get(), p.c_str()) != 0)
-      throw std::runtime_error(fmt::format("cannot pin {}: {}", p, strerror(errno)));
-    maps_[i] = std::move(created);
   }
+  if (int err = bridge_pins_bpf__load(skel_.get()))
+    throw std::runtime_error(fmt::format("cannot create the bridge's maps: {}", strerror(-err)));
+  int pinned = 0;
+  for (int i = 0; i < 4; i++) {
+    maps_[i] = Fd(fcntl(bpf_map__fd(maps[i]), F_DUPFD_CLOEXEC, 0));
+    if (reused_[i]) continue;
+    unlink(path(i).c_str());  // incompatible, or not there at all
+    if (bpf_obj_pin(maps_[i].get(), path(i).c_str()) != 0) {
+      int err = errno;
+      for (int j = 0; j < i; j++)
+        if (pinned & (1 << j)) unlink(path(j).c_str());
+      throw UsageError(fmt::format("cannot pin {}: {}", path(i), strerror(err)));
+    }
+    pinned |= 1 << i;
+  }
+  skel_.reset();
   // Taken over from a dead holder: its processes are not ours to vouch for.
   if (reused_[kPerPid]) clear_hash(maps_[kPerPid].get());
   if (reused_[kPerPidDevice]) clear_hash(maps_[kPerPidDevice].get());
@@ -272,6 +275,35 @@ void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
   }
 }
 
+constexpr int kProcessUtilizationBit = 16;  // in DeviceState::unsupported, after read_device's
+
+// Samples of one device since the last tick; each (pid, device) publishes the maximum of each
+// of its fields over them, so a busy moment between two ticks is not lost.
+void Bridge::read_process_utilization(unsigned i) {
+  DeviceState& st = state_[i];
+  if (st.unsupported & (1u << kProcessUtilizationBit)) return;
+  nvml::Return r = nvml_->process_utilization(nvml_->devices()[i], st.proc_last_seen_us, putil_);
+  if (r == nvml::kNotSupported) {
+    st.unsupported |= 1u << kProcessUtilizationBit;
+    if (o_.verbose)
+      fprintf(stderr, "gpuscope: device %u: nvmlDeviceGetProcessUtilization is not supported; its per-process "
+              "utilization stays 0\n", i);
+    return;
+  }
+  for (auto& u : putil_) {
+    if (u.timeStamp <= st.proc_last_seen_us) continue;  // a driver that ignores last_seen
+    if (u.pid == 0) continue;  // activity NVML could not attribute to a process
+    auto& m = putil_max_[(static_cast<uint64_t>(u.pid) << 32) | i];
+    m.pid = u.pid;
+    m.timeStamp = std::max(m.timeStamp, u.timeStamp);
+    m.smUtil = std::max(m.smUtil, std::min(u.smUtil, 100u));
+    m.memUtil = std::max(m.memUtil, std::min(u.memUtil, 100u));
+    m.encUtil = std::max(m.encUtil, std::min(u.encUtil, 100u));
+    m.decUtil = std::max(m.decUtil, std::min(u.decUtil, 100u));
+  }
+  for (auto& u : putil_) st.proc_last_seen_us = std::max<uint64_t>(st.proc_last_seen_us, u.timeStamp);
+}
+
 bool Bridge::tick() {
   uint32_t zero = 0;
   if (ticks_ > 0) {
@@ -314,20 +346,27 @@ bool Bridge::tick() {
   next_pid_devices_.clear();
   pd_keys_.clear();
   pd_vals_.clear();
+  putil_max_.clear();
   for (unsigned i = 0; i < n; i++) {
     nvml_->processes(nvml_->devices()[i], procs_);
+    read_process_utilization(i);  // also on a device without processes, so its samples never pile up
     for (auto& p : procs_) {
       gpu_pid_device v{};
       v.timestamp_ns = now_rt;
       v.used_gpu_memory_bytes = p.used_bytes;
       v.gpu_device = static_cast<uint8_t>(i);
       uint64_t key = (static_cast<uint64_t>(p.pid) << 32) | i;
+      if (auto u = putil_max_.find(key); u != putil_max_.end())
+        v.sm_util_pct = u->second.smUtil, v.mem_util_pct = u->second.memUtil, v.enc_util_pct = u->second.encUtil,
+        v.dec_util_pct = u->second.decUtil;
       pd_keys_.push_back(key);
       pd_vals_.push_back(v);
       next_pid_devices_.insert(key);
       auto& agg = pids_[p.pid];
       agg.timestamp_ns = now_rt;
       agg.used_gpu_memory_total_bytes += p.used_bytes;
+      agg.sm_util_pct_max = std::max(agg.sm_util_pct_max, v.sm_util_pct);
+      agg.mem_util_pct_max = std::max(agg.mem_util_pct_max, v.mem_util_pct);
       agg.gpu_device_primary = agg.device_count ? GPU_DEVICE_SEVERAL : static_cast<uint8_t>(i);
       agg.device_count++;
     }
@@ -363,7 +402,10 @@ bool Bridge::tick() {
       JsonLine(buf)
           .str("type", "process").num("tick", ticks_).num("pid", pid).num("device", pd_vals_[k].gpu_device)
           .num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", pd_vals_[k].used_gpu_memory_bytes)
+          .num("sm_util_pct", pd_vals_[k].sm_util_pct).num("mem_util_pct", pd_vals_[k].mem_util_pct)
+          .num("enc_util_pct", pd_vals_[k].enc_util_pct).num("dec_util_pct", pd_vals_[k].dec_util_pct)
           .num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes)
+          .num("sm_util_pct_max", agg.sm_util_pct_max).num("mem_util_pct_max", agg.mem_util_pct_max)
           .num("gpu_device_primary", agg.gpu_device_primary).num("device_count", agg.device_count)
           .end();
     }
@@ -394,11 +436,15 @@ int Bridge::run() {
   if (o_.poll_interval_ms == 0) throw UsageError("--poll-interval-ms must be at least 1");
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
-  check_pin_dir();
+  check_pin_dir(dir_, true);
   nvml_ = std::make_unique<nvml::Library>(o_.nvml);
   if (nvml_->devices().empty()) throw UsageError("NVML reports no GPU devices");
   uint64_t start_us = realtime_ns() / 1000;
-  state_.assign(nvml_->devices().size(), DeviceState{start_us, start_us});
+  DeviceState initial;
+  initial.last_seen_us = initial.proc_last_seen_us = initial.start_us = start_us;
+  state_.assign(nvml_->devices().size(), initial);
+  skel_.reset(bridge_pins_bpf__open());
+  if (!skel_) throw std::runtime_error(std::string("cannot open the bridge's BPF object: ") + strerror(errno));
 
   {
     // Held until the first tick is published, so two bridges starting at once cannot both
@@ -418,7 +464,8 @@ int Bridge::run() {
       bpf_map_info info{};
       uint32_t len = sizeof info;
       bpf_obj_get_info_by_fd(maps_[i].get(), &info, &len);
-      fprintf(stderr, "gpuscope: %s map id %u (%s)\n", kMaps[i].pin, info.id, reused_[i] ? "reused" : "created");
+      fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", kPins[i], info.id, info.btf_id,
+              reused_[i] ? "reused" : "created");
     }
 
   StopControl stop(o_.duration_s);

@@ -5,7 +5,7 @@ namespace gpuscope {
 
 struct BridgeOptions {
   std::string nvml = "libnvidia-ml.so.1";
-  std::string pin_dir;  // empty: /sys/fs/bpf, mounting bpffs there if needed
+  std::string pin_dir = "/sys/fs/bpf";  // kDefaultPinDir: bpffs is mounted there if missing
   unsigned poll_interval_ms = 100;
   bool no_samples = false;  // poll only: the figure's baseline
   bool json = false;

@@ -10,8 +10,10 @@
 
 #define GPU_BRIDGE_SCHEMA_VERSION 1
 #define GPU_MAX_DEVICES 16
-#define GPU_BRIDGE_MAX_PIDS 16384
-#define GPU_BRIDGE_MAX_PID_DEVICES 16384
+/* Inspektor Gadget's consumers declare the per-pid maps with 4096 entries and LIBBPF_PIN_BY_NAME;
+ * libbpf reuses a pin only when max_entries matches, so any other size locks them out. */
+#define GPU_BRIDGE_MAX_PIDS 4096
+#define GPU_BRIDGE_MAX_PID_DEVICES 4096
 #define GPU_DEVICE_SEVERAL 0xFF
 
 /* Pinned names under the pin directory. */

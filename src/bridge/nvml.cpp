@@ -1,6 +1,14 @@
 #include "bridge/nvml.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -14,7 +22,44 @@ static void bind(void* dl, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(dl, name));
 }
 
+// The dynamic loader maps each segment from the file and touches it: a segment that runs
+// past the end of a truncated file kills the process with SIGBUS inside dlopen. A bare name
+// is left to the loader's search path.
+static void check_shared_object(const std::string& path) {
+  if (path.find('/') == std::string::npos) return;
+  auto refuse = [&](const std::string& why) {
+    return UsageError(fmt::format("NVML not available: {} {}", path, why));
+  };
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw refuse(fmt::format("cannot be opened: {}", strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw refuse("is not a regular file");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  Elf64_Ehdr eh{};
+  if (pread(fd, &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+    throw refuse("is not an ELF shared object");
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_machine != EM_X86_64 ||
+      eh.e_type != ET_DYN)
+    throw refuse("is not an x86-64 ELF shared object");
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phoff > size ||
+      uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr) > size - eh.e_phoff)
+    throw refuse(fmt::format("is truncated or damaged: its program headers are not within its {} bytes", size));
+  for (unsigned i = 0; i < eh.e_phnum; i++) {
+    Elf64_Phdr ph{};
+    if (pread(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * sizeof ph)) != static_cast<ssize_t>(sizeof ph))
+      throw refuse("cannot be read");
+    if (ph.p_filesz && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
+      throw refuse(fmt::format("is truncated: segment {} ends at byte {}, the file has {}", i,
+                               ph.p_offset + ph.p_filesz, size));
+  }
+}
+
 Library::Library(const std::string& path) {
+  check_shared_object(path);
   dl_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl_) throw UsageError(fmt::format("NVML not available: cannot load {}: {}", path, dlerror()));
   auto& a = api_;
@@ -45,6 +90,7 @@ Library::Library(const std::string& path) {
   bind(dl_, a.ecc, "nvmlDeviceGetTotalEccErrors");
   bind(dl_, a.samples, "nvmlDeviceGetSamples");
   bind(dl_, a.processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+  bind(dl_, a.process_utilization, "nvmlDeviceGetProcessUtilization");
 
   auto fail = [&](const char* what, Return r) {
     std::string msg = a.error_string ? a.error_string(r) : "";
@@ -105,6 +151,26 @@ void Library::utilization_samples(Device d, uint64_t last_seen_us, std::vector<S
   out.resize(n);
   if (api_.samples(d, kGpuUtilizationSamples, last_seen_us, value_type, &n, out.data()) != kSuccess) n = 0;
   out.resize(n);
+}
+
+Return Library::process_utilization(Device d, uint64_t last_seen_us, std::vector<ProcessUtilizationSample>& out) {
+  out.clear();
+  if (!api_.process_utilization) return kNotSupported;
+  // The size query answers INSUFFICIENT_SIZE with the count (SUCCESS on some drivers), and
+  // NOT_FOUND when nothing is newer than last_seen_us. The count can grow before the read.
+  unsigned n = 0;
+  Return r = api_.process_utilization(d, nullptr, &n, last_seen_us);
+  for (int attempt = 0; attempt < 4 && (r == kInsufficientSize || r == kSuccess) && n > 0; attempt++) {
+    out.resize(n + 8);
+    n = static_cast<unsigned>(out.size());
+    r = api_.process_utilization(d, out.data(), &n, last_seen_us);
+    if (r == kSuccess) {
+      out.resize(std::min<size_t>(n, out.size()));
+      return kSuccess;
+    }
+  }
+  out.clear();
+  return r == kNotFound || r == kInsufficientSize ? kSuccess : r;
 }
 
 }  // namespace gpuscope::nvml

@@ -11,6 +11,7 @@ using Return = int;  // nvmlReturn_t
 using Device = struct nvmlDevice_st*;
 constexpr Return kSuccess = 0;
 constexpr Return kNotSupported = 3;
+constexpr Return kNotFound = 6;
 constexpr Return kInsufficientSize = 7;
 constexpr unsigned long long kValueNotAvailable = ~0ull;  // NVML_VALUE_NOT_AVAILABLE
 
@@ -42,6 +43,12 @@ struct ProcessInfo {  // nvmlProcessInfo_t of the _v3 entry point (24 bytes)
   unsigned long long usedGpuMemory;
   unsigned gpuInstanceId, computeInstanceId;
 };
+struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
+  unsigned pid;
+  unsigned long long timeStamp;  // CLOCK_REALTIME, µs
+  unsigned smUtil, memUtil, encUtil, decUtil;
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32);
 static_assert(sizeof(ProcessInfo) == 24 && sizeof(Sample) == 16 && sizeof(MemoryV2) == 40);
 enum ValueType { kDouble = 0, kUInt = 1, kULong = 2, kULongLong = 3, kSLongLong = 4, kSInt = 5 };
 constexpr int kGpuUtilizationSamples = 1;  // NVML_GPU_UTILIZATION_SAMPLES
@@ -68,6 +75,7 @@ struct Api {
   Return (*ecc)(Device, int error_type, int counter_type, unsigned long long*);
   Return (*samples)(Device, int type, unsigned long long last_seen, int* value_type, unsigned* count, Sample*);
   Return (*processes)(Device, unsigned*, ProcessInfo*);
+  Return (*process_utilization)(Device, ProcessUtilizationSample*, unsigned* count, unsigned long long last_seen);
 };
 
 struct Proc {
@@ -89,6 +97,9 @@ class Library {
   void processes(Device d, std::vector<Proc>& out);
   // Utilization samples newer than last_seen_us; empty when unsupported.
   void utilization_samples(Device d, uint64_t last_seen_us, std::vector<Sample>& out, int* value_type);
+  // Per-process utilization samples newer than last_seen_us. Returns NVML's answer: kSuccess
+  // (out may be empty), kNotSupported, or another failure (out empty).
+  Return process_utilization(Device d, uint64_t last_seen_us, std::vector<ProcessUtilizationSample>& out);
 
  private:
   void* dl_ = nullptr;

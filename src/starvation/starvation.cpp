@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bridge/bridge_maps.h"
+#include "bridge/pin_dir.h"
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/output.h"
@@ -99,7 +100,7 @@ std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n))
 class Starvation {
  public:
   explicit Starvation(const StarvationOptions& o)
-      : o_(o), dir_(o.pin_dir.empty() ? "/sys/fs/bpf" : o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
+      : o_(o), dir_(o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
   int run();
 
  private:
@@ -511,12 +512,7 @@ int Starvation::run() {
   }
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
-  if (o_.pin_dir.empty()) {
-    std::string why;
-    if (!ensure_bpffs(&why)) throw UsageError(why);
-  } else if (!is_bpffs(dir_)) {
-    throw UsageError(fmt::format("--pin-dir {} is not a directory on bpffs", dir_));
-  }
+  check_pin_dir(dir_, false);
   stacks_ = o_.collect_ustack || o_.collect_kstack;
 
   Pins pins = open_pins();

@@ -13,7 +13,7 @@ struct StarvationOptions {
   uint64_t min_gpu_mem_bytes = 1;
   uint64_t min_idle_ms = 1000;
   uint64_t stale_threshold_ms = 300;
-  std::string pin_dir;  // empty: /sys/fs/bpf
+  std::string pin_dir = "/sys/fs/bpf";
   bool collect_ustack = false;
   bool collect_kstack = false;
   unsigned sample_hz = 49;

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "bridge/bridge_maps.h"
@@ -202,7 +204,7 @@ TEST(BridgeLayout, EveryPublishedFieldMatchesNvml) {
     EXPECT_GT(at<uint64_t>(raw, 0), rt0);
     EXPECT_LT(at<uint64_t>(raw, 0), rt1);
     EXPECT_EQ(at<uint64_t>(raw, 8), w.bytes);
-    for (size_t off : {16, 20, 24, 28}) EXPECT_EQ(at<uint32_t>(raw, off), 0u) << "per-process utilization unused";
+    for (size_t off : {16, 20, 24, 28}) EXPECT_EQ(at<uint32_t>(raw, off), 0u) << "no per-process samples: 0";
     EXPECT_EQ(raw[32], w.dev);
     EXPECT_EQ(raw[33], 0) << "mig_instance";
     EXPECT_EQ(at<uint16_t>(raw, 34), 0);
@@ -496,4 +498,360 @@ TEST(BridgeBadInput, OneLineExitTwoNothingPinned) {
     EXPECT_EQ(d.entries(), 0) << cmd;
   }
   EXPECT_FALSE(fs::exists("/tmp/" GPU_PIN_META));
+}
+
+namespace {
+
+// Per-process utilization samples of kTwoDevices' pids, several per (pid, device), with the
+// maxima each field must publish. 4321 (listed on device 1) has none; 555 is not in the
+// process list and pid 0 is NVML's unattributed bucket: neither is published.
+struct PUtil {
+  uint32_t pid;
+  uint8_t dev;
+  uint32_t sm, mem, enc, dec;
+};
+const PUtil kSamples[] = {
+    {1234, 0, 20, 5, 1, 0}, {777, 0, 12, 8, 0, 0}, {1234, 0, 60, 3, 0, 2}, {1234, 1, 75, 1, 0, 0},
+    {555, 0, 90, 90, 0, 0}, {1234, 0, 40, 9, 0, 0}, {0, 1, 100, 100, 0, 0}, {777, 0, 33, 4, 0, 0},
+    {1234, 1, 10, 30, 0, 7},
+};
+const PUtil kMaxima[] = {{1234, 0, 60, 9, 1, 2}, {1234, 1, 75, 30, 0, 7}, {777, 0, 33, 8, 0, 0}, {4321, 1, 0, 0, 0, 0}};
+struct AggWant {
+  uint32_t pid, sm_max, mem_max;
+};
+const AggWant kAggMaxima[] = {{1234, 75, 30}, {777, 33, 8}, {4321, 0, 0}};
+
+std::string putil_lines(uint64_t first_us) {
+  std::string s;
+  for (size_t i = 0; i < std::size(kSamples); i++) {
+    auto& p = kSamples[i];
+    s += fmt::format("putil {} {} {} {} {} {} {}\n", p.dev, p.pid, first_us + i * 1000, p.sm, p.mem, p.enc, p.dec);
+  }
+  return s;
+}
+
+uint64_t pid_dev_key(uint32_t pid, uint32_t dev) { return (uint64_t{pid} << 32) | dev; }
+
+std::string tmp_dir(const char* tag) {
+  std::string d = fmt::format("/tmp/gstest-{}-{}", tag, getpid());
+  mkdir(d.c_str(), 0700);
+  return d;
+}
+
+}  // namespace
+
+TEST(BridgeProcessUtilization, PinnedValuesAreThisTicksMaximaAndTheAggregateIsTheMaxAcrossDevices) {
+  PinDir d;
+  StandinFile f;
+  uint64_t t0_us = gpuscope::realtime_ns() / 1000;
+  // Older than the bridge: never counted, although larger than anything below.
+  f.write(fmt::format("{}putil 0 1234 {} 99 99 99 99\n", kTwoDevices, t0_us - 5'000'000));
+  Bridge b(d, f, {"--json", "--poll-interval-ms", "1000"});
+  wait_ticks(d, 1);
+  f.write(kTwoDevices + putil_lines(gpuscope::realtime_ns() / 1000 - 100'000));
+
+  // The tick that consumed them; read inside its 1 s period, after its meta write.
+  gpu_pid_device pd{};
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), pid_dev_key(1234, 0), &pd) && pd.sm_util_pct != 0)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no tick published the samples";
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(100ms);
+  uint64_t tick = meta(d).last_update_boottime_ns;
+  for (auto& w : kMaxima) {
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), pid_dev_key(w.pid, w.dev), &pd)) << w.pid;
+    EXPECT_EQ(pd.sm_util_pct, w.sm) << w.pid << "/" << int(w.dev);
+    EXPECT_EQ(pd.mem_util_pct, w.mem) << w.pid << "/" << int(w.dev);
+    EXPECT_EQ(pd.enc_util_pct, w.enc) << w.pid << "/" << int(w.dev);
+    EXPECT_EQ(pd.dec_util_pct, w.dec) << w.pid << "/" << int(w.dev);
+  }
+  for (auto& w : kAggMaxima) {
+    gpu_pid agg{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), w.pid, &agg)) << w.pid;
+    EXPECT_EQ(agg.sm_util_pct_max, w.sm_max) << w.pid;
+    EXPECT_EQ(agg.mem_util_pct_max, w.mem_max) << w.pid;
+  }
+  gpu_pid absent{};
+  EXPECT_FALSE(lookup(d.pin(GPU_PIN_PER_PID), 555u, &absent)) << "not in the process list";
+  EXPECT_FALSE(lookup(d.pin(GPU_PIN_PER_PID), 0u, &absent));
+  EXPECT_EQ(meta(d).last_update_boottime_ns, tick) << "all read within one tick";
+
+  // The next tick counts only samples newer than those: one, on 1234/0.
+  f.write(kTwoDevices + putil_lines(gpuscope::realtime_ns() / 1000 - 100'000 - 60'000'000) +
+          fmt::format("putil 0 1234 {} 5 1 0 0\n", gpuscope::realtime_ns() / 1000));
+  wait_ticks(d, 1);
+  std::this_thread::sleep_for(100ms);
+  b.p.signal(SIGINT);
+  ASSERT_EQ(b.p.wait(10), 0) << b.p.err();
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), pid_dev_key(1234, 0), &pd));
+  EXPECT_EQ(pd.sm_util_pct, 5u);
+  EXPECT_EQ(pd.mem_util_pct, 1u);
+  EXPECT_EQ(pd.enc_util_pct, 0u);
+  EXPECT_EQ(pd.dec_util_pct, 0u);
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), pid_dev_key(1234, 1), &pd));
+  EXPECT_EQ(pd.sm_util_pct, 0u) << "no new sample on device 1";
+  EXPECT_EQ(pd.mem_util_pct, 0u);
+  gpu_pid agg{};
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), 1234u, &agg));
+  EXPECT_EQ(agg.sm_util_pct_max, 5u);
+  EXPECT_EQ(agg.mem_util_pct_max, 1u);
+
+  // --json shows the same per-process fields, tick by tick.
+  std::map<int, std::vector<json>> by_tick;
+  int busy_tick = -1;
+  for (auto& j : lines_of(b.p.out(), "process")) {
+    by_tick[j["tick"].get<int>()].push_back(j);
+    if (j["pid"] == 1234 && j["device"] == 0 && j["sm_util_pct"] == 60) busy_tick = j["tick"];
+  }
+  ASSERT_GE(busy_tick, 1) << b.p.out();
+  ASSERT_EQ(by_tick.rbegin()->first, busy_tick + 1) << "stopped on the tick after";
+  for (int t = 0; t < busy_tick; t++)
+    for (auto& j : by_tick[t]) EXPECT_EQ(j["sm_util_pct"], 0) << j.dump();
+  int checked = 0;
+  for (auto& j : by_tick[busy_tick])
+    for (auto& w : kMaxima)
+      if (j["pid"] == w.pid && j["device"] == w.dev) {
+        checked++;
+        EXPECT_EQ(j["sm_util_pct"], w.sm) << j.dump();
+        EXPECT_EQ(j["mem_util_pct"], w.mem) << j.dump();
+        EXPECT_EQ(j["enc_util_pct"], w.enc) << j.dump();
+        EXPECT_EQ(j["dec_util_pct"], w.dec) << j.dump();
+        for (auto& a : kAggMaxima)
+          if (a.pid == w.pid) {
+            EXPECT_EQ(j["sm_util_pct_max"], a.sm_max);
+            EXPECT_EQ(j["mem_util_pct_max"], a.mem_max);
+          }
+      }
+  EXPECT_EQ(checked, 4);
+  for (auto& j : by_tick[busy_tick + 1])
+    if (j["pid"] == 1234 && j["device"] == 0) {
+      EXPECT_EQ(j["sm_util_pct"], 5);
+    }
+
+  // bpftool prints the pins by field name, from the maps' BTF, with the published values.
+  auto dump = run({BPFTOOL, "-j", "map", "dump", "pinned", d.pin(GPU_PIN_PER_PID_PER_DEVICE)});
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  int named = 0;
+  for (auto& e : json::parse(dump.out)) {
+    ASSERT_TRUE(e.contains("formatted")) << "no BTF: " << e.dump();
+    auto& v = e["formatted"]["value"];
+    if (e["formatted"]["key"].get<uint64_t>() != pid_dev_key(1234, 0)) continue;
+    named++;
+    EXPECT_EQ(v["used_gpu_memory"], 1048576);
+    EXPECT_EQ(v["sm_util_pct"], 5);
+    EXPECT_EQ(v["mem_util_pct"], 1);
+    EXPECT_EQ(v["gpu_device"], 0);
+    EXPECT_EQ(v["mig_instance"], 0);
+  }
+  EXPECT_EQ(named, 1) << dump.out;
+  dump = run({BPFTOOL, "-j", "map", "dump", "pinned", d.pin(GPU_PIN_PER_PID)});
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  for (auto& e : json::parse(dump.out))
+    if (e["formatted"]["key"] == 1234) {
+      EXPECT_EQ(e["formatted"]["value"]["sm_util_pct_max"], 5);
+      EXPECT_EQ(e["formatted"]["value"]["used_gpu_memory_total"], 3145728);
+      EXPECT_EQ(e["formatted"]["value"]["gpu_device_primary"], 255);
+    }
+  const std::pair<const char*, const char*> types[] = {{GPU_PIN_META, "STRUCT 'gpu_meta' size=32 vlen=6"},
+                                                       {GPU_PIN_DEVICE, "STRUCT 'gpu_device_metrics' size=128 vlen=21"},
+                                                       {GPU_PIN_PER_PID, "STRUCT 'gpu_pid_metrics_aggregated' size=32"},
+                                                       {GPU_PIN_PER_PID_PER_DEVICE, "STRUCT 'gpu_pid_metrics' size=40"}};
+  for (auto& [pin, want] : types) {
+    auto btf = run({BPFTOOL, "btf", "dump", "map", "pinned", d.pin(pin), "value"});
+    EXPECT_NE(btf.out.find(want), std::string::npos) << pin << ": " << btf.out << btf.err;
+  }
+}
+
+TEST(BridgeProcessUtilization, NotSupportedDeviceIsNotAskedAgainAndSaysSoOnce) {
+  PinDir d;
+  StandinFile f;
+  uint64_t soon_us = gpuscope::realtime_ns() / 1000 + 1'000'000;  // newer than the bridge's start
+  f.write(kTwoDevices + std::string("device 1 putil ERR\n") + putil_lines(soon_us));
+  Bridge b(d, f, {"--json", "-v"});
+  wait_ticks(d, 2);
+  // Device 1 would answer now; it is not asked again.
+  f.write(kTwoDevices + fmt::format("putil 1 1234 {} 80 80 0 0\nputil 1 4321 {} 70 70 0 0\n", soon_us + 500'000,
+                                    soon_us + 500'000));
+  wait_ticks(d, 3);
+  b.p.signal(SIGINT);
+  ASSERT_EQ(b.p.wait(10), 0) << b.p.err();
+  int dev0_busy = 0;
+  for (auto& j : lines_of(b.p.out(), "process")) {
+    if (j["device"] == 1) {
+      EXPECT_EQ(j["sm_util_pct"], 0) << j.dump();
+      EXPECT_EQ(j["mem_util_pct"], 0) << j.dump();
+      EXPECT_EQ(j["dec_util_pct"], 0) << j.dump();
+    }
+    if (j["device"] == 0 && j["pid"] == 1234 && j["sm_util_pct"] == 60) {
+      dev0_busy++;
+      EXPECT_EQ(j["tick"], 0);
+      EXPECT_EQ(j["sm_util_pct_max"], 60) << "device 1 contributes nothing";
+    }
+  }
+  EXPECT_EQ(dev0_busy, 1) << "device 0 is unaffected";
+  std::string line =
+      "gpuscope: device 1: nvmlDeviceGetProcessUtilization is not supported; its per-process utilization stays 0\n";
+  auto err = b.p.err();
+  size_t at = err.find(line);
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find("nvmlDeviceGetProcessUtilization", at + line.size()), std::string::npos) << "said once";
+  EXPECT_EQ(err.find("device 0: nvmlDeviceGetProcessUtilization"), std::string::npos);
+}
+
+// A consumer written only from Inspektor Gadget's published header (bridge_ig_types.h,
+// pinned by name, 4096-entry per-pid maps; tests/integration/bridge_ig_consumer.*) loads on our
+// pins and reads, field by field under IG's names, what our header reads.
+TEST(BridgeProcessUtilization, InspektorGadgetConsumerReadsOurPins) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices + putil_lines(gpuscope::realtime_ns() / 1000 + 1'000'000));
+  auto r = run(bridge_argv(d, {"-d", "0.05"}), {f.env()});  // one tick
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> argv{IG_CONSUMER, d.path, "1234", "777", "4321", "555", "--"};
+  for (auto& w : kMaxima) argv.push_back(fmt::format("{}:{}", w.pid, w.dev));
+  auto c = run(argv);
+  ASSERT_EQ(c.exit_code, 0) << "libbpf did not take our pins: " << c.err;
+  EXPECT_EQ(d.entries(), 4) << "the consumer pinned nothing of its own";
+
+  std::map<std::string, std::vector<json>> seen;
+  for (auto& j : parse_lines(c.out)) seen[j["map"]].push_back(j);
+  ASSERT_EQ(seen["gpu_meta"].size(), 1u) << c.out;
+  auto& jm = seen["gpu_meta"][0];
+  gpu_meta m = meta(d);
+  EXPECT_EQ(jm["schema_version"], 1);
+  EXPECT_EQ(jm["n_devices"], 2);
+  EXPECT_EQ(jm["last_update_boottime_ns"].get<uint64_t>(), m.last_update_boottime_ns);
+  EXPECT_EQ(jm["helper_pid"], m.helper_pid);
+  EXPECT_EQ(jm["_reserved"], 100) << "our poll interval";
+  EXPECT_EQ(jm["clock_offset_ns"].get<int64_t>(), m.clock_offset_ns);
+
+  ASSERT_EQ(seen["gpu_device"].size(), 2u);
+  for (auto& j : seen["gpu_device"]) {
+    gpu_device_metrics dm{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), j["device"].get<uint32_t>(), &dm));
+    const std::pair<const char*, uint64_t> fields[] = {
+        {"timestamp_ns", dm.timestamp_ns}, {"sm_util_pct", dm.sm_util_pct}, {"mem_util_pct", dm.mem_util_pct},
+        {"mem_total", dm.mem_total_bytes}, {"mem_used", dm.mem_used_bytes}, {"mem_reserved", dm.mem_reserved_bytes},
+        {"temp_c", dm.temp_c}, {"power_mw", dm.power_mw}, {"sm_clock_mhz", dm.sm_clock_mhz},
+        {"mem_clock_mhz", dm.mem_clock_mhz}, {"throttle_reasons", dm.throttle_reasons},
+        {"pcie_tx_kbps", dm.pcie_tx_kbps}, {"pcie_rx_kbps", dm.pcie_rx_kbps}, {"enc_util_pct", dm.enc_util_pct},
+        {"dec_util_pct", dm.dec_util_pct}, {"nvlink_tx_kbps", dm.nvlink_tx_kbps},
+        {"nvlink_rx_kbps", dm.nvlink_rx_kbps}, {"ecc_corrected_total", dm.ecc_corrected_total},
+        {"ecc_uncorrected_total", dm.ecc_uncorrected_total}, {"fan_speed_pct", dm.fan_speed_pct},
+        {"compute_mode", dm.compute_mode}};
+    for (auto& [name, v] : fields) EXPECT_EQ(j[name].get<uint64_t>(), v) << j["device"] << " " << name;
+  }
+  EXPECT_EQ(seen["gpu_device"][0]["mem_total"], 85899345920ull);
+  EXPECT_EQ(seen["gpu_device"][1]["sm_util_pct"], 91);
+
+  ASSERT_EQ(seen["gpu_per_pid"].size(), 3u) << "1234, 777, 4321; not 555";
+  for (size_t i = 0; i < 3; i++) {
+    auto& j = seen["gpu_per_pid"][i];
+    gpu_pid agg{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), j["pid"].get<uint32_t>(), &agg));
+    EXPECT_EQ(j["pid"], kAggMaxima[i].pid);
+    EXPECT_EQ(j["sm_util_pct_max"], kAggMaxima[i].sm_max) << j.dump();
+    EXPECT_EQ(j["mem_util_pct_max"], kAggMaxima[i].mem_max) << j.dump();
+    EXPECT_EQ(j["timestamp_ns"].get<uint64_t>(), agg.timestamp_ns);
+    EXPECT_EQ(j["used_gpu_memory_total"], agg.used_gpu_memory_total_bytes);
+    EXPECT_EQ(j["gpu_device_primary"], agg.gpu_device_primary);
+    EXPECT_EQ(j["device_count"], agg.device_count);
+  }
+  EXPECT_EQ(seen["gpu_per_pid"][0]["used_gpu_memory_total"], 3145728);
+  EXPECT_EQ(seen["gpu_per_pid"][0]["gpu_device_primary"], 255);
+
+  ASSERT_EQ(seen["gpu_per_pid_per_device"].size(), 4u);
+  for (size_t i = 0; i < 4; i++) {
+    auto& j = seen["gpu_per_pid_per_device"][i];
+    auto& w = kMaxima[i];
+    gpu_pid_device pd{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), pid_dev_key(w.pid, w.dev), &pd));
+    EXPECT_EQ(j["key"].get<uint64_t>(), pid_dev_key(w.pid, w.dev));
+    EXPECT_EQ(j["sm_util_pct"], w.sm) << j.dump();
+    EXPECT_EQ(j["mem_util_pct"], w.mem) << j.dump();
+    EXPECT_EQ(j["enc_util_pct"], w.enc) << j.dump();
+    EXPECT_EQ(j["dec_util_pct"], w.dec) << j.dump();
+    EXPECT_EQ(j["gpu_device"], w.dev);
+    EXPECT_EQ(j["mig_instance"], 0);
+    EXPECT_EQ(j["timestamp_ns"].get<uint64_t>(), pd.timestamp_ns);
+    EXPECT_EQ(j["used_gpu_memory"], pd.used_gpu_memory_bytes);
+  }
+  EXPECT_EQ(seen["gpu_per_pid_per_device"][0]["used_gpu_memory"], 1048576);
+}
+
+TEST(BridgeBadInput, PinDirEmptyReadOnlyOrNotADirectory) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  auto expect_refused = [&](const std::vector<std::string>& argv, const std::string& line) {
+    auto r = run(argv, {f.env()}, 20);
+    std::string cmd;
+    for (auto& a : argv) cmd += "'" + a + "' ";
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_EQ(r.err, line) << cmd;
+    EXPECT_TRUE(r.out.empty()) << cmd;
+  };
+  // '' is not /sys/fs/bpf: whatever is pinned there stays as it was.
+  uint32_t root_meta = map_id("/sys/fs/bpf/" GPU_PIN_META);
+  expect_refused({gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", ""},
+                 "gpuscope: --pin-dir is empty; name a directory on bpffs\n");
+  expect_refused({gpuscope_bin(), "starvation", "--pin-dir", ""}, "gpuscope: --pin-dir is empty; name a directory on bpffs\n");
+  EXPECT_EQ(map_id("/sys/fs/bpf/" GPU_PIN_META), root_meta);
+
+  std::string ro = tmp_dir("robpf");
+  ASSERT_EQ(mount("bpf", ro.c_str(), "bpf", MS_RDONLY, nullptr), 0) << strerror(errno);
+  auto listing = [&] {
+    std::set<std::string> names;  // a new bpffs may start with bpf_preload's maps.debug and progs.debug
+    for (auto& e : fs::directory_iterator(ro)) names.insert(e.path().filename());
+    return names;
+  };
+  auto before = listing();
+  expect_refused({gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", ro},
+                 fmt::format("gpuscope: --pin-dir {} is on a read-only bpffs\n", ro));
+  EXPECT_EQ(listing(), before);
+  umount2(ro.c_str(), MNT_DETACH);
+  rmdir(ro.c_str());
+
+  // A pinned object is on bpffs but is no directory.
+  {
+    Fd odd(bpf_map_create(BPF_MAP_TYPE_ARRAY, "odd", 4, 4, 1, nullptr));
+    ASSERT_EQ(bpf_obj_pin(odd.fd, d.pin("odd").c_str()), 0);
+  }
+  for (const char* cmd : {"bridge", "starvation"}) {
+    std::vector<std::string> argv{gpuscope_bin(), cmd, "--pin-dir", d.pin("odd")};
+    if (std::string(cmd) == "bridge") argv.insert(argv.begin() + 2, {"--nvml", NVML_STANDIN});
+    expect_refused(argv, fmt::format("gpuscope: --pin-dir {} is not a directory on bpffs\n", d.pin("odd")));
+  }
+  unlink(d.pin("odd").c_str());
+  EXPECT_EQ(d.entries(), 0);
+}
+
+TEST(BridgeBadInput, TruncatedNvmlIsRefusedBeforeTheLoaderTouchesIt) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  std::string lib = tmp_dir("nvml") + "/libnvidia-ml.so.1";
+  std::ifstream in(NVML_STANDIN, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 16384u);
+  // 8192 bytes: the ELF and program headers are whole; the text segment runs past the end.
+  std::ofstream(lib, std::ios::binary).write(bytes.data(), 8192);
+  auto r = run({gpuscope_bin(), "bridge", "--nvml", lib, "--pin-dir", d.path}, {f.env()}, 20);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind(fmt::format("gpuscope: NVML not available: {} is truncated: segment ", lib), 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(", the file has 8192\n"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(d.entries(), 0);
+  // Cut inside the program headers, and inside the ELF header.
+  for (size_t n : {size_t{70}, size_t{20}}) {
+    std::ofstream(lib, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(n));
+    r = run({gpuscope_bin(), "bridge", "--nvml", lib, "--pin-dir", d.path}, {f.env()}, 20);
+    EXPECT_EQ(r.exit_code, 2) << n << ": " << r.err;
+    EXPECT_EQ(r.err.rfind(fmt::format("gpuscope: NVML not available: {} is ", lib), 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(d.entries(), 0);
+  }
+  unlink(lib.c_str());
+  rmdir(lib.substr(0, lib.rfind('/')).c_str());
 }
