@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <cstdlib>
@@ -80,7 +81,7 @@ class Reader {
     return true;
   }
   bool take(std::string_view t) {
-    if (s_.substr(i_, t.size()) != t) return false;
+    if (i_ > s_.size() || s_.substr(i_, t.size()) != t) return false;
     i_ += t.size();
     return true;
   }
@@ -89,12 +90,13 @@ class Reader {
   bool number(size_t& n) {
     size_t st = i_;
     n = 0;
-    while (!eof() && isdigit(static_cast<unsigned char>(peek()))) n = n * 10 + (s_[i_++] - '0');
+    // Saturates rather than wraps: a length past the end must stay past the end.
+    while (!eof() && isdigit(static_cast<unsigned char>(peek()))) n = std::min<size_t>(n * 10 + (s_[i_++] - '0'), s_.size() + 1);
     return i_ > st;
   }
   bool ident(std::string& out) {
     size_t st = i_, n;
-    if (!number(n) || i_ + n > s_.size()) {
+    if (!number(n) || n > s_.size() - i_) {
       i_ = st;
       return false;
     }
@@ -241,6 +243,7 @@ class Reader {
     size_t p = i_;
     while (!eof() && peek() != 'E')
       if (!skip_type()) return false;
+    if (i_ > s_.size()) return false;  // a last `D?` stepped past the end
     if (params) *params = std::string(s_.substr(p, i_ - p));
     if (!take('E')) return false;
     for (size_t k = 0; k < flags[3]; k++)
@@ -259,7 +262,7 @@ class Reader {
       std::string params;
       if (!r.skip_hdl(&params)) return "";
       out.append(s.substr(from, p - from)).append("Ul").append(params.empty() ? "v" : params).append("E_");
-      from = r.i_;
+      from = std::min(r.i_, s.size());
     }
     return out.append(s.substr(from));
   }
@@ -350,7 +353,7 @@ std::string demangle(const std::string& mangled) {
   }
   Reader r(mangled);
   std::string q;
-  if (!r.qualified_name(q)) return mangled;
+  if (!r.qualified_name(q) || q.empty()) return mangled;  // "_Z0Unv": an empty name
   return q + r.template_args();
 }
 

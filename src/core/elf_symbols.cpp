@@ -22,7 +22,7 @@ struct ElfHandle {
 };
 }  // namespace
 
-ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep) {
+ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep, const Filter& keep_objects) {
   elf_version(EV_CURRENT);
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) throw std::runtime_error(path + ": " + strerror(errno));
@@ -38,10 +38,13 @@ ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep) {
   size_t nph = 0;
   elf_getphdrnum(elf.e, &nph);
   std::vector<GElf_Phdr> loads;
+  bool first_load = true;
   for (size_t i = 0; i < nph; i++) {
     GElf_Phdr ph;
-    if (gelf_getphdr(elf.e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
-      loads.push_back(ph);
+    if (!gelf_getphdr(elf.e, static_cast<int>(i), &ph) || ph.p_type != PT_LOAD) continue;
+    if (first_load) out.first_load_vaddr_ = ph.p_vaddr & ~0xfffULL;
+    first_load = false;
+    if (ph.p_flags & PF_X) loads.push_back(ph);
   }
   auto to_offset = [&](uint64_t vaddr) -> std::optional<uint64_t> {
     for (auto& ph : loads)
@@ -61,10 +64,16 @@ ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep) {
       for (size_t i = 0; i < n; i++) {
         GElf_Sym s;
         if (!gelf_getsym(data, static_cast<int>(i), &s)) continue;
-        if (GELF_ST_TYPE(s.st_info) != STT_FUNC || s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
+        if (s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
+        const bool object = GELF_ST_TYPE(s.st_info) == STT_OBJECT;
+        if (GELF_ST_TYPE(s.st_info) != STT_FUNC && !(object && keep_objects)) continue;
         const char* name = elf_strptr(elf.e, sh.sh_link, s.st_name);
         if (!name || !*name) continue;
         std::string_view nv(name);
+        if (object) {
+          if (want == SHT_SYMTAB && keep_objects(nv)) out.objects_.emplace_back(s.st_value, std::string(nv));
+          continue;
+        }
         if (keep && !keep(nv)) continue;
         auto off = to_offset(s.st_value);
         if (!off) continue;

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace gpuscope {
 
@@ -20,14 +22,22 @@ class ElfSymbols {
  public:
   using Filter = std::function<bool(std::string_view)>;
   // Throws std::runtime_error with a one-line reason when the file is not a readable ELF.
-  static ElfSymbols read(const std::string& path, const Filter& keep = nullptr);
+  // `keep_objects` also reads the data (STT_OBJECT) symbols it accepts, by virtual address.
+  static ElfSymbols read(const std::string& path, const Filter& keep = nullptr, const Filter& keep_objects = nullptr);
 
   const ElfSymbol* find(const std::string& name) const;
   const std::unordered_map<std::string, ElfSymbol>& all() const { return syms_; }
   bool is_executable() const { return is_exec_; }
+  // (vaddr, name) of the data symbols kept.
+  const std::vector<std::pair<uint64_t, std::string>>& objects() const { return objects_; }
+  // Page-aligned virtual address of the first PT_LOAD segment: what a shared object's lowest
+  // mapping stands for, so load bias = that mapping's start - this.
+  uint64_t first_load_vaddr() const { return first_load_vaddr_; }
 
  private:
   std::unordered_map<std::string, ElfSymbol> syms_;
+  std::vector<std::pair<uint64_t, std::string>> objects_;
+  uint64_t first_load_vaddr_ = 0;
   bool is_exec_ = false;
 };
 

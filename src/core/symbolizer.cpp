@@ -1,5 +1,10 @@
 #include "core/symbolizer.h"
 
+#include <sys/sysmacros.h>
+
+#include "core/perf_map.h"
+#include "core/proc_maps.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -37,7 +42,7 @@ pid_t ns_pid(pid_t pid) {
 struct Symbolizer::SymTable {
   struct Sym {
     uint64_t offset, size;
-    std::string name;
+    std::string name;  // as the ELF file has it (mangled)
   };
   std::vector<Sym> syms;
   const Sym* find(uint64_t off) const {
@@ -57,14 +62,10 @@ struct Symbolizer::Process {
     std::shared_ptr<SymTable> table;
     bool tried = false;
   };
-  struct PerfSym {
-    uint64_t start, size;
-    std::string name;
-  };
   std::vector<Mapping> maps;
   Clock::time_point maps_at{};
   std::string perf_map;  // path through /proc/PID/root
-  std::vector<PerfSym> perf;
+  std::vector<PerfMapEntry> perf;
   struct timespec perf_mtime {};
   off_t perf_size = -1;
   Clock::time_point perf_at{};
@@ -72,26 +73,14 @@ struct Symbolizer::Process {
   // Keeps what it had when the process is gone: stacks of exited processes still resolve.
   void read_maps(pid_t pid) {
     maps_at = Clock::now();
-    FILE* f = fopen(fmt::format("/proc/{}/maps", pid).c_str(), "re");
-    if (!f) return;
     std::vector<Mapping> fresh;
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-      uint64_t start, end, pgoff, inode;
-      char perms[8], dev[32];
-      int n = 0;
-      if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %31s %" SCNu64 " %n", &start, &end, perms, &pgoff,
-                 dev, &inode, &n) < 6)
-        continue;
-      if (perms[2] != 'x') continue;
-      std::string path = line + n;
-      while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-      Mapping m{start, end, pgoff, path, {}, nullptr, false};
+    for (auto& e : read_proc_maps(pid)) {
+      if (!e.executable) continue;
+      Mapping m{e.start, e.end, e.file_offset, e.path, {}, nullptr, false};
       // A file mapping has an inode; [vdso], JIT pages and [anon:...] do not.
-      if (inode && !path.empty() && path[0] == '/') m.key = fmt::format("{}:{}", dev, inode);
+      if (e.is_file()) m.key = fmt::format("{:x}:{:x}:{}", major(e.dev), minor(e.dev), e.ino);
       fresh.push_back(std::move(m));
     }
-    fclose(f);
     if (fresh.empty()) return;  // a zombie has no mappings left
     std::sort(fresh.begin(), fresh.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
     for (auto& m : fresh)  // symbol tables already loaded stay with their mapping
@@ -126,34 +115,19 @@ struct Symbolizer::Process {
       return;
     perf_size = st.st_size;
     perf_mtime = st.st_mtim;
-    perf.clear();
-    std::ifstream f(perf_map);
-    std::string line;
-    // "START SIZE NAME", hex numbers (perf's jit interface, tools/perf/Documentation/jit-interface.txt).
-    while (std::getline(f, line)) {
-      char* end = nullptr;
-      uint64_t start = strtoull(line.c_str(), &end, 16);
-      if (!end || *end != ' ') continue;
-      char* end2 = nullptr;
-      uint64_t size = strtoull(end + 1, &end2, 16);
-      if (!end2 || *end2 != ' ') continue;
-      perf.push_back({start, size, std::string(end2 + 1)});
-    }
-    std::stable_sort(perf.begin(), perf.end(), [](const PerfSym& a, const PerfSym& b) { return a.start < b.start; });
+    perf = parse_perf_map(read_file_opt(perf_map).value_or(""));
   }
 
   const std::string* perf_find(uint64_t addr) {
     refresh_perf_map();
-    auto it = std::upper_bound(perf.begin(), perf.end(), addr, [](uint64_t a, const PerfSym& s) { return a < s.start; });
-    // Later entries for the same range win (a JIT may reuse memory): scan back over equal starts.
-    while (it != perf.begin()) {
-      --it;
-      if (addr < it->start + std::max<uint64_t>(it->size, 1)) return &it->name;
-      if (it == perf.begin() || std::prev(it)->start != it->start) break;
-    }
-    return nullptr;
+    return perf_map_find(perf, addr);
   }
 };
+
+static std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
 
 Symbolizer::Symbolizer() = default;
 Symbolizer::~Symbolizer() = default;
@@ -176,7 +150,7 @@ std::shared_ptr<Symbolizer::SymTable> Symbolizer::table(pid_t pid, const std::st
   for (const std::string& p : {fmt::format("/proc/{}/root{}", pid, path), path}) {
     try {
       ElfSymbols e = ElfSymbols::read(p);
-      for (auto& [name, s] : e.all()) t->syms.push_back({s.file_offset, s.size, name.starts_with("_Z") ? demangle(name) : name});
+      for (auto& [name, s] : e.all()) t->syms.push_back({s.file_offset, s.size, name});
       break;
     } catch (const std::exception&) {
     }
@@ -184,11 +158,6 @@ std::shared_ptr<Symbolizer::SymTable> Symbolizer::table(pid_t pid, const std::st
   std::sort(t->syms.begin(), t->syms.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
   tables_.emplace(key, t);
   return t;
-}
-
-static std::string base_name(const std::string& p) {
-  auto s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
 }
 
 std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool with_offset) {
@@ -206,14 +175,44 @@ std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool
     }
     uint64_t off = a - m->start + m->pgoff;
     if (m->table)
-      if (const SymTable::Sym* s = m->table->find(off))
-        return with_offset ? fmt::format("{}+{:#x} ({})", s->name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
-                           : s->name;
+      if (const SymTable::Sym* s = m->table->find(off)) {
+        std::string name = s->name.starts_with("_Z") ? demangle(s->name) : s->name;
+        return with_offset ? fmt::format("{}+{:#x} ({})", name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
+                           : name;
+      }
     return fmt::format("{}+{:#x}", base_name(m->path), off);
   }
   if (const std::string* n = p.perf_find(a)) return *n;
   if (m && !m->path.empty()) return fmt::format("{}+{:#x}", m->path, a - m->start);
   return fmt::format("{:#x}", addr);
+}
+
+// The mapping holding addr; the maps are read again when none does (a library loaded since).
+static Symbolizer::Process::Mapping* find_mapping(Symbolizer::Process& p, pid_t pid, uint64_t addr) {
+  auto* m = p.find(addr);
+  if (!m && Clock::now() - p.maps_at > std::chrono::milliseconds(200)) {
+    p.read_maps(pid);  // a library loaded since
+    m = p.find(addr);
+  }
+  return m;
+}
+
+std::optional<Symbolizer::Symbol> Symbolizer::symbol_at(pid_t pid, uint64_t addr) {
+  Process::Mapping* m = find_mapping(process(pid), pid, addr);
+  if (!m || m->key.empty()) return std::nullopt;
+  if (!m->tried) {
+    m->tried = true;
+    m->table = table(pid, m->path, m->key);
+  }
+  uint64_t off = addr - m->start + m->pgoff;
+  const SymTable::Sym* s = m->table ? m->table->find(off) : nullptr;
+  if (!s) return std::nullopt;
+  return Symbol{s->name, off - s->offset, base_name(m->path)};
+}
+
+std::string Symbolizer::module_of(pid_t pid, uint64_t addr) {
+  Process::Mapping* m = addr ? find_mapping(process(pid), pid, addr) : nullptr;
+  return m && !m->path.empty() ? base_name(m->path) : "?";
 }
 
 bool Symbolizer::snapshot(pid_t pid) {

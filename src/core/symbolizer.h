@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,16 @@ class Symbolizer {
   std::string user(pid_t pid, uint64_t addr, bool return_address = false, bool with_offset = false);
   // A stack as a BPF stack map stores it: innermost first, 0-terminated.
   std::vector<std::string> user_stack(pid_t pid, const uint64_t* ips, size_t n);
+  // The ELF function symbol covering addr, its name as the file has it (not demangled), addr's
+  // offset into it and the file's base name.
+  struct Symbol {
+    std::string raw;
+    uint64_t offset;
+    std::string module;
+  };
+  std::optional<Symbol> symbol_at(pid_t pid, uint64_t addr);
+  // Base name of the file mapped at addr; "?" when none.
+  std::string module_of(pid_t pid, uint64_t addr);
   std::string kernel(uint64_t addr);
   std::vector<std::string> kernel_stack(const uint64_t* ips, size_t n);
   // Reads the process's mappings and their symbol tables now, so that its stacks still resolve
@@ -40,6 +51,7 @@ class Symbolizer {
 
  private:
   Process& process(pid_t pid);
+
   std::shared_ptr<SymTable> table(pid_t pid, const std::string& path, const std::string& key);
   void load_kallsyms();
 

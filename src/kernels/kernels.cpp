@@ -1,15 +1,12 @@
 #include <bpf/bpf.h>
 #include <cxxabi.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,6 +19,8 @@
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
 #include "core/map_walk.h"
+#include "core/proc_maps.h"
+#include "core/symbolizer.h"
 #include "core/uprobe_session.h"
 #include "core/elf_symbols.h"
 #include "core/output.h"
@@ -77,77 +76,12 @@ std::string kernel_name(const std::string& sym) {
   return demangle(sym);
 }
 
-struct Mapping {
-  uint64_t start, end, off;
-  std::string path;
-};
-
-std::vector<Mapping> read_maps(pid_t pid) {
-  std::vector<Mapping> out;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/maps");
-  std::string line;
-  while (std::getline(f, line)) {
-    Mapping m;
-    char perms[8], dev[16];
-    unsigned long ino;
-    int n = 0;
-    if (sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu %n", &m.start, &m.end, perms, &m.off, dev, &ino, &n) < 6) continue;
-    m.path = line.substr(n);
-    if (m.path.empty() || m.path[0] != '/') continue;
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-// FUNC symbols of one file sorted by file offset, and its nvcc handle variables.
-struct FileInfo {
-  struct Func {
-    uint64_t off, size;
-    std::string name;
-  };
-  std::vector<Func> funcs;
-  std::vector<std::pair<uint64_t, std::string>> handle_vars;  // (vaddr, symbol)
+// The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab).
+struct HandleVars {
+  std::vector<std::pair<uint64_t, std::string>> vars;  // (vaddr, symbol)
   uint64_t first_load_vaddr = 0;
   bool is_exec = false;
 };
-
-std::vector<std::pair<uint64_t, std::string>> read_handle_vars(const std::string& path, uint64_t* first_load,
-                                                               bool* is_exec) {
-  std::vector<std::pair<uint64_t, std::string>> out;
-  elf_version(EV_CURRENT);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  Elf* e = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  GElf_Ehdr eh;
-  if (e && gelf_getehdr(e, &eh)) {
-    *is_exec = eh.e_type == ET_EXEC;
-    size_t nph = 0;
-    elf_getphdrnum(e, &nph);
-    for (size_t i = 0; i < nph; i++) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) {
-        *first_load = ph.p_vaddr & ~0xfffULL;
-        break;
-      }
-    }
-    Elf_Scn* scn = nullptr;
-    while ((scn = elf_nextscn(e, scn))) {
-      GElf_Shdr sh;
-      if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || sh.sh_entsize == 0) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      for (size_t i = 0; data && i < sh.sh_size / sh.sh_entsize; i++) {
-        GElf_Sym s;
-        if (!gelf_getsym(data, static_cast<int>(i), &s) || GELF_ST_TYPE(s.st_info) != STT_OBJECT || !s.st_value) continue;
-        const char* name = elf_strptr(e, sh.sh_link, s.st_name);
-        if (name && std::string_view(name).ends_with("E8__handle") && strstr(name, "__device_stub__"))
-          out.emplace_back(s.st_value, name);
-      }
-    }
-  }
-  if (e) elf_end(e);
-  close(fd);
-  return out;
-}
 
 struct Name {
   std::string kernel, module;
@@ -164,12 +98,11 @@ class Kernels {
  private:
   void open_and_load(UprobeSession& session);
   void on_event(const gs_k_event& e);
-  const FileInfo* file(pid_t pid, const std::string& path);
-  const Mapping* mapping(pid_t pid, uint64_t addr);
-  std::string module_of(pid_t pid, uint64_t addr);
+  const HandleVars& handle_vars(pid_t pid, const MapEntry& m);
+  std::string module_of(pid_t pid, uint64_t addr) { return syms_.module_of(pid, addr); }
   std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
   std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
-  void for_each_handle_var(pid_t pid, const std::vector<Mapping>& maps,
+  void for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
                            const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
@@ -190,8 +123,8 @@ class Kernels {
   std::map<Key, uint64_t> callers_;
   std::map<Key, uint64_t> prev_;
   std::map<uint32_t, std::string> comms_;
-  std::map<pid_t, std::vector<Mapping>> maps_;
-  std::map<std::string, std::unique_ptr<FileInfo>> files_;
+  Symbolizer syms_;
+  std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
@@ -232,69 +165,46 @@ void Kernels::open_and_load(UprobeSession& session) {
   session.add(std::move(probes), multi);
 }
 
-const FileInfo* Kernels::file(pid_t pid, const std::string& path) {
-  auto& f = files_[path];
-  if (f) return f.get();
-  f = std::make_unique<FileInfo>();
-  std::string open_path = "/proc/" + std::to_string(pid) + "/root" + path;
+const HandleVars& Kernels::handle_vars(pid_t pid, const MapEntry& m) {
+  auto [it, fresh] = handle_vars_.try_emplace({m.dev, m.ino});
+  if (!fresh) return it->second;
   try {
-    ElfSymbols syms = ElfSymbols::read(open_path);
-    for (auto& [name, s] : syms.all()) f->funcs.push_back({s.file_offset, s.size, name});
+    ElfSymbols e = ElfSymbols::read(
+        "/proc/" + std::to_string(pid) + "/root" + m.path, [](std::string_view) { return false; },
+        [](std::string_view n) { return n.ends_with("E8__handle") && n.find("__device_stub__") != n.npos; });
+    it->second = {e.objects(), e.first_load_vaddr(), e.is_executable()};
   } catch (const std::exception&) {
   }
-  std::sort(f->funcs.begin(), f->funcs.end(), [](auto& a, auto& b) { return a.off < b.off; });
-  f->handle_vars = read_handle_vars(open_path, &f->first_load_vaddr, &f->is_exec);
-  return f.get();
-}
-
-const Mapping* Kernels::mapping(pid_t pid, uint64_t addr) {
-  for (int pass = 0; pass < 2; pass++) {
-    auto it = maps_.find(pid);
-    if (it == maps_.end() || pass == 1) it = maps_.insert_or_assign(pid, read_maps(pid)).first;
-    for (auto& m : it->second)
-      if (addr >= m.start && addr < m.end) return &m;
-  }
-  return nullptr;
-}
-
-std::string Kernels::module_of(pid_t pid, uint64_t addr) {
-  const Mapping* m = addr ? mapping(pid, addr) : nullptr;
-  return m ? basename_of(m->path) : "?";
+  return it->second;
 }
 
 std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
-  const Mapping* m = mapping(pid, addr);
-  if (!m) return std::nullopt;
-  uint64_t off = addr - m->start + m->off;
-  const FileInfo* f = file(pid, m->path);
-  auto it = std::upper_bound(f->funcs.begin(), f->funcs.end(), off, [](uint64_t o, auto& fn) { return o < fn.off; });
-  if (it == f->funcs.begin()) return std::nullopt;
-  --it;
-  if (exact ? off != it->off : off >= it->off + std::max<uint64_t>(it->size, 1)) return std::nullopt;
-  return Name{kernel_name(it->name), basename_of(m->path)};
+  auto s = syms_.symbol_at(pid, addr);
+  if (!s || (exact && s->offset != 0)) return std::nullopt;
+  return Name{kernel_name(s->raw), s->module};
 }
 
 // Every nvcc handle variable of every file the process maps, at its address in the process
 // (handle variables live in .bss, often outside any file mapping, hence the load bias).
-void Kernels::for_each_handle_var(pid_t pid, const std::vector<Mapping>& maps,
+void Kernels::for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
                                   const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
-  std::set<std::string> seen;
+  std::set<std::pair<dev_t, ino_t>> seen;
   for (auto& m : maps) {
-    if (!seen.insert(m.path).second) continue;
-    const FileInfo* fi = file(pid, m.path);
-    if (fi->handle_vars.empty()) continue;
+    if (!m.is_file() || !seen.insert({m.dev, m.ino}).second) continue;
+    const HandleVars& hv = handle_vars(pid, m);
+    if (hv.vars.empty()) continue;
     uint64_t base = UINT64_MAX;
     for (auto& x : maps)
-      if (x.path == m.path && x.off == 0) base = std::min(base, x.start);
-    if (!fi->is_exec && base == UINT64_MAX) continue;
-    uint64_t bias = fi->is_exec ? 0 : base - fi->first_load_vaddr;
-    for (auto& [vaddr, sym] : fi->handle_vars) f(vaddr + bias, sym, m.path);
+      if (x.dev == m.dev && x.ino == m.ino && x.file_offset == 0) base = std::min(base, x.start);
+    if (!hv.is_exec && base == UINT64_MAX) continue;
+    uint64_t bias = hv.is_exec ? 0 : base - hv.first_load_vaddr;
+    for (auto& [vaddr, sym] : hv.vars) f(vaddr + bias, sym, m.path);
   }
 }
 
 std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
-  for_each_handle_var(pid, read_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
+  for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
     if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path)};
   });
   return r;
@@ -307,8 +217,7 @@ void Kernels::scan_handle_vars(pid_t pid) {
   auto [it, fresh] = var_scans_.try_emplace(pid, now);
   if (!fresh && now - it->second < std::chrono::seconds(2)) return;
   it->second = now;
-  auto maps = read_maps(pid);
-  maps_[pid] = maps;
+  auto maps = read_proc_maps(pid);
   int mem = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
   if (mem < 0) return;
   for_each_handle_var(pid, maps, [&](uint64_t at, const std::string& sym, const std::string& path) {
@@ -505,7 +414,7 @@ void Kernels::process_exited(uint32_t pid) {
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
   std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
   std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });
-  maps_.erase(static_cast<pid_t>(pid));
+  syms_.forget(static_cast<pid_t>(pid));
   var_scans_.erase(static_cast<pid_t>(pid));
   comms_.erase(pid);
 }

@@ -6,13 +6,6 @@
 option(GPUSCOPE_FUZZ "Build and run the libFuzzer targets when the toolchain exists" ON)
 set(GPUSCOPE_FUZZ_SECONDS 30 CACHE STRING "Seconds each fuzz target runs under ctest")
 set(GPUSCOPE_FUZZ_TARGETS elf_symbols perf_map proc_maps ioctl_decode demangle)
-# Targets whose parser has a known, unfixed finding: built, registered, but DISABLED in ctest
-# (shown as "Not Run (Disabled)") so CI stays green. demangle: a hang on an overflowing length,
-# std::out_of_range past the end, and "" for an empty name (tests/fuzz/known/demangle-fix.patch
-# fixes all three; corpus/demangle/ holds the reproducers). Empty this once the fix is in.
-if(NOT DEFINED GPUSCOPE_FUZZ_KNOWN_BAD)  # -DGPUSCOPE_FUZZ_KNOWN_BAD= runs them all
-  set(GPUSCOPE_FUZZ_KNOWN_BAD demangle)
-endif()
 
 # A failed probe is not cached: installing the packages later and re-running cmake turns them on.
 if(GPUSCOPE_FUZZ AND NOT GPUSCOPE_FUZZ_CXX_WORKS)
@@ -54,9 +47,6 @@ if(GPUSCOPE_FUZZ AND GPUSCOPE_FUZZ_CXX_WORKS)
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_fuzzer.sh ${fuzz_dir}/fuzz_${t} ${GPUSCOPE_FUZZ_SECONDS}
               ${fuzz_dir}/work/${t} ${fuzz_dir}/artifacts ${seeds})
     set_tests_properties(fuzz_${t} PROPERTIES LABELS fuzz TIMEOUT 300)
-    if(t IN_LIST GPUSCOPE_FUZZ_KNOWN_BAD)
-      set_tests_properties(fuzz_${t} PROPERTIES DISABLED TRUE)
-    endif()
   endforeach()
 elseif(GPUSCOPE_FUZZ)
   message(STATUS "Fuzz targets: off (no clang that links -fsanitize=fuzzer; Debian: clang-14 libclang-rt-14-dev)")

@@ -50,8 +50,8 @@ std::optional<std::vector<std::string>> params_of(const std::string& text, const
       cur += c;
     }
   }
-  if (cur.find_first_not_of(" \t\n") != std::string::npos && cur.find("void") != cur.find_first_not_of(" \t\n"))
-    out.push_back(cur);
+  auto trimmed = std::regex_replace(cur, std::regex(R"(^\s+|\s+$)"), "");
+  if (!trimmed.empty() && trimmed != "void") out.push_back(cur);
   return out;
 }
 
@@ -97,26 +97,54 @@ TEST(CudaApiTable, ArgumentPositionsPointAtParametersOfTheRightKind) {
       EXPECT_LE(pos, params.size()) << "argument " << int(pos) - 1 << " of " << params.size();
       return pos && pos <= params.size() ? params[pos - 1] : std::string();
     };
-    if (d.outp) EXPECT_NE(param(d.outp).find('*'), std::string::npos) << "out argument must be a pointer";
-    if (d.size) EXPECT_NE(param(d.size).find("size_t"), std::string::npos);
-    if (d.stream) EXPECT_TRUE(std::regex_search(param(d.stream), std::regex("cudaStream_t|CUstream")));
-    if (d.event) EXPECT_TRUE(std::regex_search(param(d.event), std::regex("cudaEvent_t|CUevent")));
-    if (d.graph) EXPECT_TRUE(std::regex_search(param(d.graph), std::regex("[Gg]raph")));
-    if (d.kind) EXPECT_NE(param(d.kind).find("cudaMemcpyKind"), std::string::npos);
-    if (d.device) EXPECT_NE(param(d.device).find("int"), std::string::npos);
-    if (d.handle) EXPECT_NE(param(d.handle).find("CUmemGenericAllocationHandle"), std::string::npos);
-    for (unsigned char pos : {d.ptr, d.dst, d.src})
-      if (pos) EXPECT_TRUE(std::regex_search(param(pos), std::regex(R"(\*|CUdeviceptr)")));
-    if (d.roles & GS_ROLE_MEM) {
-      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_ALLOC_PITCH || d.mem_op == GS_MEM_VMM_CREATE)
-        EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*\s*\*|CUdeviceptr\s*\*|Handle\s*\*|\*\s*\w+$)")));
-      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_VMM_CREATE)
-        EXPECT_NE(param(2).find("size_t"), std::string::npos) << "memleak reads the size from the second argument";
-      if (d.mem_op == GS_MEM_FREE) EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*|CUdeviceptr)")));
+    if (d.outp) {
+      EXPECT_NE(param(d.outp).find('*'), std::string::npos) << "out argument must be a pointer";
     }
-    if (d.roles & GS_ROLE_NAMER) EXPECT_NE(param(1).find('*'), std::string::npos) << "namers return the handle";
-    if (d.special == GS_SP_CU_LAUNCH) EXPECT_EQ(params.size(), 11u);
-    if (d.special == GS_SP_RT_LAUNCH) EXPECT_EQ(params.size(), 6u);
+    if (d.size) {
+      EXPECT_NE(param(d.size).find("size_t"), std::string::npos);
+    }
+    if (d.stream) {
+      EXPECT_TRUE(std::regex_search(param(d.stream), std::regex("cudaStream_t|CUstream")));
+    }
+    if (d.event) {
+      EXPECT_TRUE(std::regex_search(param(d.event), std::regex("cudaEvent_t|CUevent")));
+    }
+    if (d.graph) {
+      EXPECT_TRUE(std::regex_search(param(d.graph), std::regex("[Gg]raph")));
+    }
+    if (d.kind) {
+      EXPECT_NE(param(d.kind).find("cudaMemcpyKind"), std::string::npos);
+    }
+    if (d.device) {
+      EXPECT_NE(param(d.device).find("int"), std::string::npos);
+    }
+    if (d.handle) {
+      EXPECT_NE(param(d.handle).find("CUmemGenericAllocationHandle"), std::string::npos);
+    }
+    for (unsigned char pos : {d.ptr, d.dst, d.src})
+      if (pos) {
+        EXPECT_TRUE(std::regex_search(param(pos), std::regex(R"(\*|CUdeviceptr)")));
+      }
+    if (d.roles & GS_ROLE_MEM) {
+      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_ALLOC_PITCH || d.mem_op == GS_MEM_VMM_CREATE) {
+        EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*\s*\*|CUdeviceptr\s*\*|Handle\s*\*|\*\s*\w+$)")));
+      }
+      if (d.mem_op == GS_MEM_ALLOC || d.mem_op == GS_MEM_VMM_CREATE) {
+        EXPECT_NE(param(2).find("size_t"), std::string::npos) << "memleak reads the size from the second argument";
+      }
+      if (d.mem_op == GS_MEM_FREE) {
+        EXPECT_TRUE(std::regex_search(param(1), std::regex(R"(\*|CUdeviceptr)")));
+      }
+    }
+    if (d.roles & GS_ROLE_NAMER) {
+      EXPECT_NE(param(1).find('*'), std::string::npos) << "namers return the handle";
+    }
+    if (d.special == GS_SP_CU_LAUNCH) {
+      EXPECT_EQ(params.size(), 11u);
+    }
+    if (d.special == GS_SP_RT_LAUNCH) {
+      EXPECT_EQ(params.size(), 6u);
+    }
   }
 }
 
@@ -130,7 +158,9 @@ TEST(CudaApiTable, RolesSelectTheirRows) {
   EXPECT_THROW(select_apis({"__cudaGetKernel"}, "all"), UsageError);
   auto launches = apis_with_role(GS_ROLE_LAUNCH);
   for (unsigned i = 0; i < GS_API_COUNT; i++)
-    if (launches[i]) EXPECT_NE(api_desc(i).special, GS_SP_NONE) << api_symbol(i) << ": a launch needs its decoding";
+    if (launches[i]) {
+      EXPECT_NE(api_desc(i).special, GS_SP_NONE) << api_symbol(i) << ": a launch needs its decoding";
+    }
 }
 
 }  // namespace

@@ -64,3 +64,12 @@ TEST(Demangle, UnreadableWrapperFallsBackToAReadableOutline) {
   EXPECT_EQ(demangle(cut),
             "at::native::vectorized_elementwise_kernel<4, __nv_hdl_wrapper_t<…&at::native::GeluBackwardCUDAKernelImpl…>, …>");
 }
+
+// Found by fuzz_demangle: each once hung, threw or returned nothing.
+TEST(Demangle, FuzzFindingsReturnPromptlyWithAName) {
+  std::string overflow = "1EUnvhdl0_0_0_3_PFvn" + std::string(40, '9') + "31";
+  EXPECT_FALSE(demangle(overflow).empty());
+  EXPECT_NO_THROW(demangle("_ZUnvhdl0_0_0_1_vv0_vED"));
+  EXPECT_FALSE(demangle("_ZUnvhdl0_0_0_1_vv0_vED").empty());
+  EXPECT_EQ(demangle("_Z0Unv"), "_Z0Unv");
+}

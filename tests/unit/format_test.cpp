@@ -107,7 +107,8 @@ TEST(ApiSelection, VariantsLayersAndUnknowns) {
   EXPECT_TRUE(s[GS_API_CU_MEM_ALLOC]);
   EXPECT_FALSE(s[GS_API_CUDA_MALLOC]);
   auto r = select_apis({}, "runtime");
-  for (unsigned i = 0; i < GS_API_COUNT; i++) EXPECT_EQ(r[i], api_desc(i).layer == GS_LAYER_RUNTIME) << api_symbol(i);
+  for (unsigned i = 0; i < GS_API_COUNT; i++)
+    EXPECT_EQ(r[i], api_desc(i).layer == GS_LAYER_RUNTIME && api_has_role(i, GS_ROLE_CALL)) << api_symbol(i);
   EXPECT_THROW(select_apis({"cudaNope"}, "all"), UsageError);
   EXPECT_THROW(select_apis({}, "gpu"), UsageError);
 }
