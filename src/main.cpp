@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
         for (auto* s : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
         std::string first = argc > 1 ? argv[1] : "";
         fprintf(stderr, "gpuscope: %s; subcommands: %s\n",
-                first.empty() || first[0] == '-' ? "a subcommand is required" : ("unknown subcommand '" + first + "'").c_str(),
+                first.empty() || first[0] == '-' ? "a subcommand is required"
+                                                 : ("unknown subcommand '" + first + "'").c_str(),
                 names.c_str());
         return 2;
       }

@@ -90,12 +90,12 @@ void delete_all(int fd, const std::vector<K>& keys) {
 constexpr auto kPcieRefresh = std::chrono::seconds(5);
 
 struct DeviceState {
-  uint64_t last_seen_us = 0;  // newest utilization sample consumed
+  uint64_t last_seen_us = 0;       // newest utilization sample consumed
   uint64_t proc_last_seen_us = 0;  // newest per-process utilization sample consumed
   uint64_t start_us = 0;
   uint64_t sample_gap_us = 0;  // smallest spacing seen between samples
   uint64_t read_us = 0;        // last read of the buffer that found new samples
-  uint32_t unsupported = 0;   // calls that answered NVML_ERROR_NOT_SUPPORTED, by bit
+  uint32_t unsupported = 0;    // calls that answered NVML_ERROR_NOT_SUPPORTED, by bit
   std::chrono::steady_clock::time_point pcie_at{};
   uint64_t pcie_tx_kbps = 0, pcie_rx_kbps = 0;
 };
@@ -286,13 +286,15 @@ void Bridge::read_process_utilization(unsigned i) {
   if (r == nvml::kNotSupported) {
     st.unsupported |= 1u << kProcessUtilizationBit;
     if (o_.verbose)
-      fprintf(stderr, "gpuscope: device %u: nvmlDeviceGetProcessUtilization is not supported; its per-process "
-              "utilization stays 0\n", i);
+      fprintf(stderr,
+              "gpuscope: device %u: nvmlDeviceGetProcessUtilization is not supported; its per-process "
+              "utilization stays 0\n",
+              i);
     return;
   }
   for (auto& u : putil_) {
     if (u.timeStamp <= st.proc_last_seen_us) continue;  // a driver that ignores last_seen
-    if (u.pid == 0) continue;  // activity NVML could not attribute to a process
+    if (u.pid == 0) continue;                           // activity NVML could not attribute to a process
     auto& m = putil_max_[(static_cast<uint64_t>(u.pid) << 32) | i];
     m.pid = u.pid;
     m.timeStamp = std::max(m.timeStamp, u.timeStamp);
@@ -308,7 +310,8 @@ bool Bridge::tick() {
   uint32_t zero = 0;
   if (ticks_ > 0) {
     gpu_meta cur{};
-    if (bpf_map_lookup_elem(maps_[kMeta].get(), &zero, &cur) == 0 && cur.helper_pid != static_cast<uint32_t>(getpid())) {
+    if (bpf_map_lookup_elem(maps_[kMeta].get(), &zero, &cur) == 0 &&
+        cur.helper_pid != static_cast<uint32_t>(getpid())) {
       fprintf(stderr, "gpuscope: bridge pid %u took over %s; stopping\n", cur.helper_pid, dir_.c_str());
       return false;
     }
@@ -327,16 +330,31 @@ bool Bridge::tick() {
     dev_vals_.push_back(m);
     if (o_.json)
       JsonLine(buf)
-          .str("type", "device").num("tick", ticks_).num("device", i).num("timestamp_ns", m.timestamp_ns)
-          .boolean("from_sample", from_sample).num("sm_util_pct", m.sm_util_pct).num("mem_util_pct", m.mem_util_pct)
-          .num("mem_total_bytes", m.mem_total_bytes).num("mem_used_bytes", m.mem_used_bytes)
-          .num("mem_reserved_bytes", m.mem_reserved_bytes).num("temp_c", m.temp_c).num("power_mw", m.power_mw)
-          .num("sm_clock_mhz", m.sm_clock_mhz).num("mem_clock_mhz", m.mem_clock_mhz)
-          .num("throttle_reasons", m.throttle_reasons).num("pcie_tx_kbps", m.pcie_tx_kbps)
-          .num("pcie_rx_kbps", m.pcie_rx_kbps).num("enc_util_pct", m.enc_util_pct).num("dec_util_pct", m.dec_util_pct)
-          .num("nvlink_tx_kbps", m.nvlink_tx_kbps).num("nvlink_rx_kbps", m.nvlink_rx_kbps)
-          .num("ecc_corrected_total", m.ecc_corrected_total).num("ecc_uncorrected_total", m.ecc_uncorrected_total)
-          .num("fan_speed_pct", m.fan_speed_pct).num("compute_mode", m.compute_mode)
+          .str("type", "device")
+          .num("tick", ticks_)
+          .num("device", i)
+          .num("timestamp_ns", m.timestamp_ns)
+          .boolean("from_sample", from_sample)
+          .num("sm_util_pct", m.sm_util_pct)
+          .num("mem_util_pct", m.mem_util_pct)
+          .num("mem_total_bytes", m.mem_total_bytes)
+          .num("mem_used_bytes", m.mem_used_bytes)
+          .num("mem_reserved_bytes", m.mem_reserved_bytes)
+          .num("temp_c", m.temp_c)
+          .num("power_mw", m.power_mw)
+          .num("sm_clock_mhz", m.sm_clock_mhz)
+          .num("mem_clock_mhz", m.mem_clock_mhz)
+          .num("throttle_reasons", m.throttle_reasons)
+          .num("pcie_tx_kbps", m.pcie_tx_kbps)
+          .num("pcie_rx_kbps", m.pcie_rx_kbps)
+          .num("enc_util_pct", m.enc_util_pct)
+          .num("dec_util_pct", m.dec_util_pct)
+          .num("nvlink_tx_kbps", m.nvlink_tx_kbps)
+          .num("nvlink_rx_kbps", m.nvlink_rx_kbps)
+          .num("ecc_corrected_total", m.ecc_corrected_total)
+          .num("ecc_uncorrected_total", m.ecc_uncorrected_total)
+          .num("fan_speed_pct", m.fan_speed_pct)
+          .num("compute_mode", m.compute_mode)
           .end();
   }
 
@@ -400,13 +418,21 @@ bool Bridge::tick() {
       uint32_t pid = static_cast<uint32_t>(pd_keys_[k] >> 32);
       const gpu_pid& agg = pids_[pid];
       JsonLine(buf)
-          .str("type", "process").num("tick", ticks_).num("pid", pid).num("device", pd_vals_[k].gpu_device)
-          .num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", pd_vals_[k].used_gpu_memory_bytes)
-          .num("sm_util_pct", pd_vals_[k].sm_util_pct).num("mem_util_pct", pd_vals_[k].mem_util_pct)
-          .num("enc_util_pct", pd_vals_[k].enc_util_pct).num("dec_util_pct", pd_vals_[k].dec_util_pct)
+          .str("type", "process")
+          .num("tick", ticks_)
+          .num("pid", pid)
+          .num("device", pd_vals_[k].gpu_device)
+          .num("timestamp_ns", agg.timestamp_ns)
+          .num("used_gpu_memory_bytes", pd_vals_[k].used_gpu_memory_bytes)
+          .num("sm_util_pct", pd_vals_[k].sm_util_pct)
+          .num("mem_util_pct", pd_vals_[k].mem_util_pct)
+          .num("enc_util_pct", pd_vals_[k].enc_util_pct)
+          .num("dec_util_pct", pd_vals_[k].dec_util_pct)
           .num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes)
-          .num("sm_util_pct_max", agg.sm_util_pct_max).num("mem_util_pct_max", agg.mem_util_pct_max)
-          .num("gpu_device_primary", agg.gpu_device_primary).num("device_count", agg.device_count)
+          .num("sm_util_pct_max", agg.sm_util_pct_max)
+          .num("mem_util_pct_max", agg.mem_util_pct_max)
+          .num("gpu_device_primary", agg.gpu_device_primary)
+          .num("device_count", agg.device_count)
           .end();
     }
   update_all(maps_[kPerPid].get(), pid_keys_, pid_vals_);
@@ -422,9 +448,13 @@ bool Bridge::tick() {
   bpf_map_update_elem(maps_[kMeta].get(), &zero, &meta, BPF_ANY);
   if (o_.json)
     JsonLine(buf)
-        .str("type", "meta").num("tick", ticks_).num("schema_version", meta.schema_version)
-        .num("n_devices", meta.n_devices).num("last_update_boottime_ns", meta.last_update_boottime_ns)
-        .num("helper_pid", meta.helper_pid).num("poll_interval_ms", meta.poll_interval_ms)
+        .str("type", "meta")
+        .num("tick", ticks_)
+        .num("schema_version", meta.schema_version)
+        .num("n_devices", meta.n_devices)
+        .num("last_update_boottime_ns", meta.last_update_boottime_ns)
+        .num("helper_pid", meta.helper_pid)
+        .num("poll_interval_ms", meta.poll_interval_ms)
         .num("clock_offset_ns", meta.clock_offset_ns)
         .end();
   out_.flush();

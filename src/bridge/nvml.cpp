@@ -27,9 +27,7 @@ static void bind(void* dl, F& fn, const char* name) {
 // is left to the loader's search path.
 static void check_shared_object(const std::string& path) {
   if (path.find('/') == std::string::npos) return;
-  auto refuse = [&](const std::string& why) {
-    return UsageError(fmt::format("NVML not available: {} {}", path, why));
-  };
+  auto refuse = [&](const std::string& why) { return UsageError(fmt::format("NVML not available: {} {}", path, why)); };
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw refuse(fmt::format("cannot be opened: {}", strerror(errno)));
   struct Closer {
@@ -53,8 +51,8 @@ static void check_shared_object(const std::string& path) {
     if (pread(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * sizeof ph)) != static_cast<ssize_t>(sizeof ph))
       throw refuse("cannot be read");
     if (ph.p_filesz && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
-      throw refuse(fmt::format("is truncated: segment {} ends at byte {}, the file has {}", i,
-                               ph.p_offset + ph.p_filesz, size));
+      throw refuse(
+          fmt::format("is truncated: segment {} ends at byte {}, the file has {}", i, ph.p_offset + ph.p_filesz, size));
   }
 }
 
@@ -71,8 +69,10 @@ Library::Library(const std::string& path) {
   if (!a.init || !a.count || !a.handle) {
     dlclose(dl_);
     dl_ = nullptr;
-    throw UsageError(fmt::format("NVML not available: {} does not export nvmlInit_v2, nvmlDeviceGetCount_v2 and "
-                                 "nvmlDeviceGetHandleByIndex_v2", path));
+    throw UsageError(
+        fmt::format("NVML not available: {} does not export nvmlInit_v2, nvmlDeviceGetCount_v2 and "
+                    "nvmlDeviceGetHandleByIndex_v2",
+                    path));
   }
   bind(dl_, a.utilization, "nvmlDeviceGetUtilizationRates");
   bind(dl_, a.memory, "nvmlDeviceGetMemoryInfo");

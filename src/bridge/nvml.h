@@ -34,7 +34,7 @@ union Value {
   unsigned long long ullVal;
   long long sllVal;
 };
-struct Sample {  // nvmlSample_t
+struct Sample {                  // nvmlSample_t
   unsigned long long timeStamp;  // CLOCK_REALTIME, µs
   Value sampleValue;
 };

@@ -35,9 +35,9 @@ void Link::reset() {
 // libbpf 1.1 predates uprobe_multi, so the constants and the link_create layout come from
 // the kernel's UAPI (include/uapi/linux/bpf.h, 6.6+).
 namespace {
-constexpr int kTraceUprobeMulti = 48;   // BPF_TRACE_UPROBE_MULTI
-constexpr int kUprobeMultiReturn = 1;   // BPF_F_UPROBE_MULTI_RETURN
-constexpr int kBpfLinkCreate = 28;      // BPF_LINK_CREATE
+constexpr int kTraceUprobeMulti = 48;  // BPF_TRACE_UPROBE_MULTI
+constexpr int kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+constexpr int kBpfLinkCreate = 28;     // BPF_LINK_CREATE
 struct LinkCreateUprobeMulti {
   uint32_t prog_fd;
   uint32_t target_fd;

@@ -52,7 +52,7 @@ void set_libbpf_verbose(bool verbose);
 struct UprobeTarget {
   std::string path;  // openable path of the ELF file
   uint64_t file_offset;
-  pid_t pid = -1;    // -1: every process; otherwise the kernel plants the breakpoint in that one only
+  pid_t pid = -1;  // -1: every process; otherwise the kernel plants the breakpoint in that one only
   uint64_t cookie = 0;
   bool retprobe = false;
 };

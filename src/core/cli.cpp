@@ -34,7 +34,8 @@ void add_scope_flags(CLI::App* cmd, Scope& s, bool libs) {
   cmd->add_option_function<std::vector<std::string>>(
       "-p,--pid",
       [&s](const std::vector<std::string>& v) {
-        for (auto& t : v) s.pids.push_back(static_cast<pid_t>(parse_number("--pid", t, "process id", 1, 2147483647, true)));
+        for (auto& t : v)
+          s.pids.push_back(static_cast<pid_t>(parse_number("--pid", t, "process id", 1, 2147483647, true)));
       },
       "Only these host pids (repeatable)");
   cmd->add_option("-c,--comm", s.comm, "Only processes with this name");

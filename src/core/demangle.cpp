@@ -91,7 +91,8 @@ class Reader {
     size_t st = i_;
     n = 0;
     // Saturates rather than wraps: a length past the end must stay past the end.
-    while (!eof() && isdigit(static_cast<unsigned char>(peek()))) n = std::min<size_t>(n * 10 + (s_[i_++] - '0'), s_.size() + 1);
+    while (!eof() && isdigit(static_cast<unsigned char>(peek())))
+      n = std::min<size_t>(n * 10 + (s_[i_++] - '0'), s_.size() + 1);
     return i_ > st;
   }
   bool ident(std::string& out) {
@@ -135,8 +136,10 @@ class Reader {
       bool neg = take('n');
       size_t v;
       if (!number(v) || !take('E')) return (i_ = st), false;
-      if (t == 'b') out = v ? "true" : "false";
-      else out = (neg ? "-" : "") + std::to_string(v) + (t == 'j' ? "u" : t == 'm' ? "ul" : t == 'l' ? "l" : "");
+      if (t == 'b')
+        out = v ? "true" : "false";
+      else
+        out = (neg ? "-" : "") + std::to_string(v) + (t == 'j' ? "u" : t == 'm' ? "ul" : t == 'l' ? "l" : "");
       return true;
     }
     if (const char* b = builtin(peek())) {
@@ -162,7 +165,8 @@ class Reader {
         open.push_back('l'), i_ += 2;
       } else if (c == 'S' || c == 'T') {
         i_++;
-        if (c == 'S' && peek() && strchr("tabsiod", peek())) i_++;
+        if (c == 'S' && peek() && strchr("tabsiod", peek()))
+          i_++;
         else {
           while (!eof() && peek() != '_') i_++;
           i_++;

@@ -17,8 +17,7 @@ Discovery::Discovery(Wanted wanted, std::vector<pid_t> pids) : wanted_(std::move
 
 bool Discovery::looks_like_cuda_library(std::string_view b) {
   auto starts = [&](std::string_view p) {
-    return b.size() >= p.size() && b.substr(0, p.size()) == p &&
-           (b.size() == p.size() || b[p.size()] == '.');
+    return b.size() >= p.size() && b.substr(0, p.size()) == p && (b.size() == p.size() || b[p.size()] == '.');
   };
   return starts("libcudart.so") || starts("libcuda.so");
 }
@@ -137,8 +136,7 @@ CudaObject Discovery::add_path(const std::string& path) {
   } catch (const std::exception& e) {
     throw UsageError(std::string("--lib ") + e.what());
   }
-  if (syms->all().empty())
-    throw UsageError("--lib " + path + ": defines no CUDA runtime or driver API function");
+  if (syms->all().empty()) throw UsageError("--lib " + path + ": defines no CUDA runtime or driver API function");
   return CudaObject{st.st_dev, st.st_ino, path, path, 0, std::move(syms), {}};
 }
 

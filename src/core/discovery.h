@@ -19,9 +19,9 @@ namespace gpuscope {
 struct CudaObject {
   dev_t dev = 0;
   ino_t ino = 0;
-  std::string path;       // as the process sees it
-  std::string open_path;  // through /proc/PID/root, so containers' files open from here
-  pid_t seen_in = 0;      // 0 when found outside any process (ld cache, --lib)
+  std::string path;                           // as the process sees it
+  std::string open_path;                      // through /proc/PID/root, so containers' files open from here
+  pid_t seen_in = 0;                          // 0 when found outside any process (ld cache, --lib)
   std::shared_ptr<const ElfSymbols> symbols;  // only the wanted names
   // Other processes mapping the same file, (pid, open path): tried in turn when attaching
   // through open_path fails because its process has gone.
@@ -70,8 +70,8 @@ class Discovery {
   std::optional<CudaObject> consider(const std::string& path, const std::string& open_path, pid_t pid);
   Wanted wanted_;
   std::vector<pid_t> pids_;
-  std::set<Key> done_;                                                // attached, not CUDA, or given up
-  std::map<Key, std::shared_ptr<const ElfSymbols>> symbols_;          // read once per file
+  std::set<Key> done_;                                        // attached, not CUDA, or given up
+  std::map<Key, std::shared_ptr<const ElfSymbols>> symbols_;  // read once per file
   std::map<Key, int> attempts_;
   std::set<std::pair<dev_t, ino_t>> loaders_seen_;
   std::vector<Loader> new_loaders_;

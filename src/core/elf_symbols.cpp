@@ -77,8 +77,8 @@ ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep, const F
         if (keep && !keep(nv)) continue;
         auto off = to_offset(s.st_value);
         if (!off) continue;
-        out.syms_.try_emplace(std::string(nv), ElfSymbol{s.st_value, s.st_size, *off,
-                                                         GELF_ST_BIND(s.st_info) == STB_LOCAL});
+        out.syms_.try_emplace(std::string(nv),
+                              ElfSymbol{s.st_value, s.st_size, *off, GELF_ST_BIND(s.st_info) == STB_LOCAL});
       }
     }
   }

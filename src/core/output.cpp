@@ -78,7 +78,8 @@ JsonLine& JsonLine::real_value(double v, int decimals) {
     return *this;
   }
   char tmp[64];
-  auto r = decimals < 0 ? fmt::format_to_n(tmp, sizeof tmp, "{}", v) : fmt::format_to_n(tmp, sizeof tmp, "{:.{}f}", v, decimals);
+  auto r = decimals < 0 ? fmt::format_to_n(tmp, sizeof tmp, "{}", v)
+                        : fmt::format_to_n(tmp, sizeof tmp, "{:.{}f}", v, decimals);
   put(tmp, std::min(r.size, sizeof tmp));
   return *this;
 }

@@ -18,8 +18,8 @@ struct MapEntry {
   dev_t dev = 0;                // makedev(major, minor) of the file's device
   ino_t ino = 0;                // 0: anonymous, [vdso], [heap], ...
   bool readable = false, writable = false, executable = false;
-  bool deleted = false;         // the path ended in " (deleted)" (stripped from `path`)
-  std::string path;             // as the process sees it; may be empty or "[...]"
+  bool deleted = false;  // the path ended in " (deleted)" (stripped from `path`)
+  std::string path;      // as the process sees it; may be empty or "[...]"
   bool is_file() const { return ino != 0 && !path.empty() && path[0] == '/'; }
 };
 

@@ -110,8 +110,7 @@ struct Symbolizer::Process {
       perf_size = 0;
       return;
     }
-    if (st.st_size == perf_size && st.st_mtim.tv_sec == perf_mtime.tv_sec &&
-        st.st_mtim.tv_nsec == perf_mtime.tv_nsec)
+    if (st.st_size == perf_size && st.st_mtim.tv_sec == perf_mtime.tv_sec && st.st_mtim.tv_nsec == perf_mtime.tv_nsec)
       return;
     perf_size = st.st_size;
     perf_mtime = st.st_mtim;
@@ -177,8 +176,9 @@ std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool
     if (m->table)
       if (const SymTable::Sym* s = m->table->find(off)) {
         std::string name = s->name.starts_with("_Z") ? demangle(s->name) : s->name;
-        return with_offset ? fmt::format("{}+{:#x} ({})", name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
-                           : name;
+        return with_offset
+                   ? fmt::format("{}+{:#x} ({})", name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
+                   : name;
       }
     return fmt::format("{}+{:#x}", base_name(m->path), off);
   }

@@ -112,9 +112,8 @@ void StopControl::install_signal_handlers() {
 
 StopControl::StopControl(double duration_s) {
   if (duration_s > 0)
-    deadline_ = std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(duration_s));
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(duration_s));
 }
 
 bool StopControl::should_stop() const {
@@ -178,8 +177,7 @@ void CgroupNames::rescan() {
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
     if (!it->is_directory(ec)) continue;
-    if (stat(it->path().c_str(), &st) == 0)
-      names_[st.st_ino] = "/" + fs::relative(it->path(), root, ec).string();
+    if (stat(it->path().c_str(), &st) == 0) names_[st.st_ino] = "/" + fs::relative(it->path(), root, ec).string();
   }
 }
 

@@ -166,7 +166,8 @@ void UprobeSession::start() {
       stats_.exec_hook = true;
     }
     notices_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.session_events), [this](const void* d, size_t n) {
-      if (n >= sizeof(gs_session_event)) noticed_.push_back(static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid));
+      if (n >= sizeof(gs_session_event))
+        noticed_.push_back(static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid));
     });
   } else if (verbose_) {
     fprintf(stderr, "gpuscope: no exec/dlopen hooks (%s): libraries are found by rescans only\n", strerror(errno));
@@ -198,7 +199,8 @@ void UprobeSession::rescan(const std::vector<pid_t>* only) {
   for (const auto& ld : disc_->take_new_loaders())
     for (pid_t pid : pids) {
       std::string err;
-      if (Link l = attach_uprobe(skel_->progs.gs_session_dl_change, {ld.open_path, ld.debug_state_offset, pid, 0, false}, &err)) {
+      if (Link l = attach_uprobe(skel_->progs.gs_session_dl_change,
+                                 {ld.open_path, ld.debug_state_offset, pid, 0, false}, &err)) {
         links_.push_back(std::move(l));
         stats_.loader_hooks++;
       } else if (verbose_) {

@@ -43,14 +43,14 @@ struct SiteProbe {
 std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred);
 
 struct SessionStats {
-  size_t objects = 0;          // CUDA objects attached
-  size_t probes = 0;           // probe sites attached, all clients
-  size_t attach_failures = 0;  // probe sites that could not be
-  size_t attach_retries = 0;   // objects whose attach was retried through another process
-  size_t objects_given_up = 0; // objects that could not be attached through any process
-  size_t loader_hooks = 0;     // dynamic linkers watched for dlopen
+  size_t objects = 0;           // CUDA objects attached
+  size_t probes = 0;            // probe sites attached, all clients
+  size_t attach_failures = 0;   // probe sites that could not be
+  size_t attach_retries = 0;    // objects whose attach was retried through another process
+  size_t objects_given_up = 0;  // objects that could not be attached through any process
+  size_t loader_hooks = 0;      // dynamic linkers watched for dlopen
   bool exec_hook = false;
-  uint64_t notices_lost = 0;   // exec/dlopen notices the BPF side could not deliver
+  uint64_t notices_lost = 0;  // exec/dlopen notices the BPF side could not deliver
 };
 
 class UprobeSession {

@@ -197,8 +197,8 @@ void check_probes(Doctor& d) {
   auto paranoid = read_file("/proc/sys/kernel/perf_event_paranoid");
   while (!paranoid.empty() && paranoid.back() == '\n') paranoid.pop_back();
   d.add(S, "perf_events", e == 0,
-        fmt::format("cpu-clock on self: {}; system-wide on cpu 0: {}; perf_event_paranoid={}",
-                    e ? d.err(e) : "ok", wide ? d.err(wide) : "ok", paranoid.empty() ? "?" : paranoid));
+        fmt::format("cpu-clock on self: {}; system-wide on cpu 0: {}; perf_event_paranoid={}", e ? d.err(e) : "ok",
+                    wide ? d.err(wide) : "ok", paranoid.empty() ? "?" : paranoid));
 }
 
 bool fs_supported(const char* type) {
@@ -283,9 +283,7 @@ struct Library {
   bool static_cudart;
 };
 
-std::string where(const Library& l) {
-  return l.pid ? fmt::format("pid {} ({})", l.pid, proc_comm(l.pid)) : "ld cache";
-}
+std::string where(const Library& l) { return l.pid ? fmt::format("pid {} ({})", l.pid, proc_comm(l.pid)) : "ld cache"; }
 
 std::vector<Library> find_libraries() {
   std::set<std::string, std::less<>> names;
@@ -328,8 +326,8 @@ std::vector<Sub> judge(const Doctor& d) {
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
   };
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace", "bridge", "latency", "ioctl", "uvm", "kernels", "memleak",
-                                                    "starvation"};
+  static const std::set<std::string> built = {"trace", "bridge",  "latency", "ioctl",
+                                              "uvm",   "kernels", "memleak", "starvation"};
   auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
@@ -364,8 +362,7 @@ std::vector<Sub> judge(const Doctor& d) {
       not_ok.push_back(n.name);
     }
   }
-  if (!built.count("agent"))
-    return out;
+  if (!built.count("agent")) return out;
   if (not_ok.empty())
     out.push_back({"agent", "ok", ""});
   else if (ok.empty())
@@ -389,9 +386,7 @@ void print_json(const Doctor& d, const std::vector<Library>& libs, const std::ve
              .dump()
              .c_str());
   for (auto& s : subs)
-    puts(json{{"type", "subcommand"}, {"name", s.name}, {"status", s.status}, {"reason", s.reason}}
-             .dump()
-             .c_str());
+    puts(json{{"type", "subcommand"}, {"name", s.name}, {"status", s.status}, {"reason", s.reason}}.dump().c_str());
 }
 
 void print_text(const Doctor& d, const std::vector<Library>& libs, const std::vector<Sub>& subs) {
@@ -409,8 +404,7 @@ void print_text(const Doctor& d, const std::vector<Library>& libs, const std::ve
                l.static_cudart ? ", static cudart" : "");
   if (!d.priv) fmt::print("  (not root: other users' processes are not visible)\n");
   fmt::print("\nSubcommands\n");
-  for (auto& s : subs)
-    fmt::print("  {:<14} {}{}{}\n", s.name, s.status, s.reason.empty() ? "" : ": ", s.reason);
+  for (auto& s : subs) fmt::print("  {:<14} {}{}{}\n", s.name, s.status, s.reason.empty() ? "" : ": ", s.reason);
 }
 
 }  // namespace

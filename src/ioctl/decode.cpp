@@ -142,7 +142,8 @@ IoctlRequest decode_ioctl(unsigned major, unsigned uvm_major, uint32_t request) 
 }
 
 std::string nv_device_name(unsigned major, unsigned minor, unsigned uvm_major) {
-  if (uvm_major && major == uvm_major) return minor == 0 ? "nvidia-uvm" : minor == 1 ? "nvidia-uvm-tools" : "nvidia-uvm?";
+  if (uvm_major && major == uvm_major)
+    return minor == 0 ? "nvidia-uvm" : minor == 1 ? "nvidia-uvm-tools" : "nvidia-uvm?";
   if (major != 195) return "?";
   if (minor == 255) return "nvidiactl";
   if (minor == 254) return "nvidia-modeset";
@@ -154,8 +155,10 @@ unsigned parse_uvm_major(const std::string& proc_devices) {
   std::string line;
   bool chr = false;
   while (std::getline(in, line)) {
-    if (line.rfind("Character devices", 0) == 0) chr = true;
-    else if (line.rfind("Block devices", 0) == 0) chr = false;
+    if (line.rfind("Character devices", 0) == 0)
+      chr = true;
+    else if (line.rfind("Block devices", 0) == 0)
+      chr = false;
     unsigned major = 0;
     char name[64] = {};
     if (chr && sscanf(line.c_str(), " %u %63s", &major, name) == 2 && std::string(name) == "nvidia-uvm") return major;

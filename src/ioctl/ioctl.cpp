@@ -44,9 +44,7 @@ class IoctlCounter {
   void open_and_load();
   void print(bool final);
   void on_event(const void* data, size_t size);
-  std::string dev_str(uint32_t rdev) const {
-    return fmt::format("{}:{}", kmajor(rdev), kminor(rdev));
-  }
+  std::string dev_str(uint32_t rdev) const { return fmt::format("{}:{}", kmajor(rdev), kminor(rdev)); }
 
   const IoctlOptions& o_;
   std::unique_ptr<ioctl_bpf, SkelDeleter> skel_;
@@ -87,9 +85,10 @@ void IoctlCounter::open_and_load() {
     bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &k, &one, BPF_ANY);
   }
   // Exits first: an enter without its exit program would leave calls in flight.
-  std::vector<bpf_program*> order = raw_ ? std::vector<bpf_program*>{skel_->progs.gs_raw_exit, skel_->progs.gs_raw_enter}
-                                         : std::vector<bpf_program*>{skel_->progs.gs_ioctl_exit, skel_->progs.gs_ioctl_enter,
-                                                                     skel_->progs.gs_mmap_enter};
+  std::vector<bpf_program*> order =
+      raw_ ? std::vector<bpf_program*>{skel_->progs.gs_raw_exit, skel_->progs.gs_raw_enter}
+           : std::vector<bpf_program*>{skel_->progs.gs_ioctl_exit, skel_->progs.gs_ioctl_enter,
+                                       skel_->progs.gs_mmap_enter};
   for (bpf_program* p : order) {
     bpf_link* l = bpf_program__attach(p);
     if (!l) {
@@ -217,12 +216,12 @@ int IoctlCounter::run() {
   open_and_load();
   std::unique_ptr<RingBuffer> rb;
   if (o_.events)
-    rb = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { on_event(d, n); });
+    rb = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events),
+                                      [this](const void* d, size_t n) { on_event(d, n); });
   StopControl stop(o_.duration_s);
   fprintf(stderr, "gpuscope: counting ioctl/mmap on NVIDIA devices (major 195%s) via %s%s. Ctrl-C to end.\n",
           uvm_major_ ? fmt::format(", nvidia-uvm {}", uvm_major_).c_str() : "; no nvidia-uvm in /proc/devices",
-          raw_ ? "raw_tp sys_enter/sys_exit" : "syscalls tracepoints",
-          raw_ ? (" (" + why_raw_ + ")").c_str() : "");
+          raw_ ? "raw_tp sys_enter/sys_exit" : "syscalls tracepoints", raw_ ? (" (" + why_raw_ + ")").c_str() : "");
   using clock = std::chrono::steady_clock;
   auto period = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
   auto next_print = clock::now() + period;

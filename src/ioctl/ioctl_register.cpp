@@ -11,7 +11,8 @@ void register_ioctl(CLI::App& app) {
   add_common_flags(cmd, *common);
   add_scope_flags(cmd, *scope, false);
   cmd->add_flag("--events", o->events, "Also print one line per ioctl as it returns");
-  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01, 86400);
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01,
+             86400);
   cmd->add_flag("--raw-syscalls", o->raw_syscalls, "Use raw_tp sys_enter/sys_exit even where tracefs works");
   cmd->footer(
       "EXAMPLES:\n"

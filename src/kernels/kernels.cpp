@@ -60,9 +60,12 @@ std::string read_user_string(pid_t pid, uint64_t addr, size_t max) {
 // name after the prefix: show that one, demangled, as CUPTI does.
 std::string kernel_name(const std::string& sym) {
   std::string_view v = sym;
-  if (v.starts_with("_ZZ")) v.remove_prefix(3);
-  else if (v.starts_with("_Z")) v.remove_prefix(2);
-  else return demangle(sym);
+  if (v.starts_with("_ZZ"))
+    v.remove_prefix(3);
+  else if (v.starts_with("_Z"))
+    v.remove_prefix(2);
+  else
+    return demangle(sym);
   if (v.starts_with("L")) v.remove_prefix(1);
   size_t len = 0, i = 0;
   while (i < v.size() && isdigit(static_cast<unsigned char>(v[i]))) len = len * 10 + (v[i++] - '0');
@@ -116,10 +119,10 @@ class Kernels {
   std::unique_ptr<kernels_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   Writer out_;
-  std::map<PH, Name> names_;           // handles named by the driver, __cudaGetKernel or handle variables
-  std::map<PH, uint64_t> kernel_of_;   // CUfunction from cuKernelGetFunction -> its CUkernel
-  std::map<Key, Name> resolved_;       // rows named for good
-  std::map<Key, Name> guessed_;        // rows still unknown: retried each interval
+  std::map<PH, Name> names_;          // handles named by the driver, __cudaGetKernel or handle variables
+  std::map<PH, uint64_t> kernel_of_;  // CUfunction from cuKernelGetFunction -> its CUkernel
+  std::map<Key, Name> resolved_;      // rows named for good
+  std::map<Key, Name> guessed_;       // rows still unknown: retried each interval
   std::map<Key, uint64_t> callers_;
   std::map<Key, uint64_t> prev_;
   std::map<uint32_t, std::string> comms_;
@@ -135,9 +138,9 @@ void Kernels::open_and_load(UprobeSession& session) {
   bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
     set_comm_filter(skel->rodata, o_.comm);
     auto& p = skel->progs;
-    return std::vector<bpf_program*>{p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cu_launch,
-                                     p.gs_k_cu_launch_ex, p.gs_k_cu_graph, p.gs_k_launch_exit, p.gs_k_capture,
-                                     p.gs_k_name_enter, p.gs_k_name_exit};
+    return std::vector<bpf_program*>{p.gs_k_cuda_launch,  p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,  p.gs_k_cu_launch,
+                                     p.gs_k_cu_launch_ex, p.gs_k_cu_graph,       p.gs_k_launch_exit, p.gs_k_capture,
+                                     p.gs_k_name_enter,   p.gs_k_name_exit};
   });
   auto& p = skel_->progs;
   auto launch = [](unsigned special) {
@@ -186,8 +189,9 @@ std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
 
 // Every nvcc handle variable of every file the process maps, at its address in the process
 // (handle variables live in .bss, often outside any file mapping, hence the load bias).
-void Kernels::for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
-                                  const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
+void Kernels::for_each_handle_var(
+    pid_t pid, const std::vector<MapEntry>& maps,
+    const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
   std::set<std::pair<dev_t, ino_t>> seen;
   for (auto& m : maps) {
     if (!m.is_file() || !seen.insert({m.dev, m.ino}).second) continue;
@@ -282,14 +286,14 @@ void Kernels::on_event(const gs_k_event& e) {
       names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
       break;
     }
-    case GS_NAMER_KERNEL_GET_FUNCTION:
-      kernel_of_[{e.pid, e.handle}] = e.src;
-      break;
+    case GS_NAMER_KERNEL_GET_FUNCTION: kernel_of_[{e.pid, e.handle}] = e.src; break;
     case GS_NAMER_GET_KERNEL:
       // The handle variable's symbol carries the kernel's device-side name, as CUPTI shows
       // it; the stub's own symbol spells lambda kernels differently.
-      if (auto n = handle_var_name(pid, e.name_ptr)) names_[{e.pid, e.handle}] = *n;
-      else if (auto n = symbolize(pid, e.src, false)) names_[{e.pid, e.handle}] = *n;
+      if (auto n = handle_var_name(pid, e.name_ptr))
+        names_[{e.pid, e.handle}] = *n;
+      else if (auto n = symbolize(pid, e.src, false))
+        names_[{e.pid, e.handle}] = *n;
       break;
   }
 }
@@ -347,7 +351,8 @@ void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool e
   timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
-  static const Table table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
+  static const Table table(
+      {{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
   if (!o_.json && !exited) {
     time_t t = time(nullptr);
     struct tm tm;
@@ -445,7 +450,8 @@ int Kernels::run() {
   loop.after_wakeup([this] { learn_new_keys(); });
   loop.every(o_.interval_s, [this] { interval(); });
   auto st = session.stats();
-  fprintf(stderr, "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
+  fprintf(stderr,
+          "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
           st.probes, st.objects, exits ? "" : " (exits not seen)", o_.interval_s);
   loop.run();
   rb.drain();
@@ -457,8 +463,10 @@ int Kernels::run() {
   uint64_t lost = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_EVENTS) +
                   percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_NO_STATE);
   if (full || captured || lost)
-    fprintf(stderr, "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
-            "events lost\n", (unsigned long long)full, (unsigned long long)captured, (unsigned long long)lost);
+    fprintf(stderr,
+            "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
+            "events lost\n",
+            (unsigned long long)full, (unsigned long long)captured, (unsigned long long)lost);
   return 0;
 }
 

@@ -59,15 +59,15 @@ void render_histogram(fmt::memory_buffer& out, const std::string& title, const L
   }
   fmt::format_to(it, "  {:>24} : {:<9} {}\n", "µs", "count", "distribution");
   for (unsigned i = first; i <= last; i++) {
-    std::string range = format_us(static_cast<double>(bucket_low(i))) + " -> " +
-                        format_us(static_cast<double>(bucket_le(i)) + 1);
+    std::string range =
+        format_us(static_cast<double>(bucket_low(i))) + " -> " + format_us(static_cast<double>(bucket_le(i)) + 1);
     size_t bar = static_cast<size_t>((s.buckets[i] * 40 + peak - 1) / peak);
     fmt::format_to(it, "  {:>24} : {:<9} |{:<40}|\n", range, s.buckets[i], std::string(bar, '*'));
   }
-  fmt::format_to(it, "  count {}  p50 {} µs  p95 {} µs  p99 {} µs  max {} µs  (percentiles interpolated within log2 buckets)\n",
-                 s.count(), format_us(percentile(s.buckets, 0.50, s.max_ns)),
-                 format_us(percentile(s.buckets, 0.95, s.max_ns)), format_us(percentile(s.buckets, 0.99, s.max_ns)),
-                 format_us(static_cast<double>(s.max_ns)));
+  fmt::format_to(
+      it, "  count {}  p50 {} µs  p95 {} µs  p99 {} µs  max {} µs  (percentiles interpolated within log2 buckets)\n",
+      s.count(), format_us(percentile(s.buckets, 0.50, s.max_ns)), format_us(percentile(s.buckets, 0.95, s.max_ns)),
+      format_us(percentile(s.buckets, 0.99, s.max_ns)), format_us(static_cast<double>(s.max_ns)));
 }
 
 }  // namespace gpuscope

@@ -69,15 +69,16 @@ void Latency::open_and_load(UprobeSession& session) {
 
 Snapshot Latency::read() const {
   Snapshot s;
-  for_each_percpu_entry<gs_lat_key, gs_lat_stats>(bpf_map__fd(skel_->maps.stats), [&](const gs_lat_key& key, auto& vals) {
-    auto& h = s.hist[{key.pid, key.api}];
-    auto& m = s.max[{key.pid, key.api}];
-    for (auto& v : vals) {
-      for (unsigned b = 0; b < kLatBuckets; b++) h[b] += v.buckets[b];
-      m = std::max<uint64_t>(m, v.max_ns);
-      if (v.ret_zero) s.rets[{key.pid, key.api, 0}] += v.ret_zero;
-    }
-  });
+  for_each_percpu_entry<gs_lat_key, gs_lat_stats>(bpf_map__fd(skel_->maps.stats),
+                                                  [&](const gs_lat_key& key, auto& vals) {
+                                                    auto& h = s.hist[{key.pid, key.api}];
+                                                    auto& m = s.max[{key.pid, key.api}];
+                                                    for (auto& v : vals) {
+                                                      for (unsigned b = 0; b < kLatBuckets; b++) h[b] += v.buckets[b];
+                                                      m = std::max<uint64_t>(m, v.max_ns);
+                                                      if (v.ret_zero) s.rets[{key.pid, key.api, 0}] += v.ret_zero;
+                                                    }
+                                                  });
   for_each_percpu_entry<gs_lat_ret_key, uint64_t>(bpf_map__fd(skel_->maps.rets), [&](const gs_lat_ret_key& k, auto& v) {
     uint64_t n = 0;
     for (auto x : v) n += x;
@@ -123,7 +124,8 @@ void Latency::print(bool final) {
       for (unsigned i = 0; i < kLatBuckets; i++)
         if (s.buckets[i]) first = std::min(first, i), last = i;
       j.begin_array("buckets");
-      for (unsigned i = first; i <= last; i++) j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
+      for (unsigned i = first; i <= last; i++)
+        j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
       j.end_array();
       j.num("count", s.count())
           .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))

@@ -10,8 +10,9 @@ struct LatencyOptions {
   std::vector<pid_t> pids;
   std::string comm;
   std::vector<std::string> libs;
-  std::vector<std::string> apis{"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaStreamSynchronize",
-                                "cudaDeviceSynchronize", "cuLaunchKernel", "cuMemAlloc_v2"};
+  std::vector<std::string> apis{
+      "cudaMalloc",     "cudaFree",     "cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+      "cuLaunchKernel", "cuMemAlloc_v2"};
   bool per_process = false;
   double interval_s = 0;  // 0: print once, at the end
   double duration_s = 0;

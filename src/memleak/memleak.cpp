@@ -46,9 +46,18 @@ const char* category_str(unsigned c) {
   }
 }
 const Table& summary_table() {
-  static const Table t({{"PID", 7}, {"COMM", -16}, {"OUTSTANDING", 12}, {"ALLOCS", 7}, {"PINNED", 10},
-                        {"ALLOC OK", 9}, {"FAILED", 7}, {"FREE OK", 8}, {"FAILED", 7}, {"BAD", 4},
-                        {"UNTRACKED", 10}, {"STATE", 0}});
+  static const Table t({{"PID", 7},
+                        {"COMM", -16},
+                        {"OUTSTANDING", 12},
+                        {"ALLOCS", 7},
+                        {"PINNED", 10},
+                        {"ALLOC OK", 9},
+                        {"FAILED", 7},
+                        {"FREE OK", 8},
+                        {"FAILED", 7},
+                        {"BAD", 4},
+                        {"UNTRACKED", 10},
+                        {"STATE", 0}});
   return t;
 }
 const char* reason_str(unsigned r) {
@@ -158,10 +167,11 @@ const std::string& Memleak::comm_of(uint32_t pid) {
 
 void Memleak::on_event(const gs_ml_event& e) {
   if (e.type == GS_ML_EV_EXIT || e.type == GS_ML_EV_EXEC) {
-    std::string comm = comms_.count(e.pid) && !comms_[e.pid].empty() ? comms_[e.pid]
-                                                                      : std::string(e.comm, strnlen(e.comm, sizeof e.comm));
-    pending_.push_back({{e.pid, e.counters.gen_ns}, e.type == GS_ML_EV_EXIT ? "exited" : "exec", comm, e.ts_boot_ns,
-                        e.counters});
+    std::string comm = comms_.count(e.pid) && !comms_[e.pid].empty()
+                           ? comms_[e.pid]
+                           : std::string(e.comm, strnlen(e.comm, sizeof e.comm));
+    pending_.push_back(
+        {{e.pid, e.counters.gen_ns}, e.type == GS_ML_EV_EXIT ? "exited" : "exec", comm, e.ts_boot_ns, e.counters});
     return;
   }
   unsigned layer = e.layer;
@@ -169,8 +179,12 @@ void Memleak::on_event(const gs_ml_event& e) {
   if (comm.empty()) comm = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
   bool bad = e.type == GS_ML_EV_BAD_FREE;
   if (o_.json) {
-    json j{{"type", bad ? "bad_free" : "untracked_free"}, {"pid", e.pid}, {"comm", comm}, {"addr", hex(e.addr)},
-           {"api", site_name(e.site)}, {"layer", layer_str(layer)}};
+    json j{{"type", bad ? "bad_free" : "untracked_free"},
+           {"pid", e.pid},
+           {"comm", comm},
+           {"addr", hex(e.addr)},
+           {"api", site_name(e.site)},
+           {"layer", layer_str(layer)}};
     if (bad) j["reason"] = reason_str(e.reason);
     if (e.ret) j["error"] = error_name(layer, e.ret);
     fmt::format_to(std::back_inserter(out_.buf()), "{}\n", j.dump());
@@ -182,7 +196,7 @@ void Memleak::on_event(const gs_ml_event& e) {
 }
 
 std::map<Life, std::vector<std::pair<std::string, uint64_t>>> Memleak::read_errors(uint8_t op,
-                                                                                const std::set<uint32_t>* only) {
+                                                                                   const std::set<uint32_t>* only) {
   std::map<Life, std::vector<std::pair<std::string, uint64_t>>> r;
   for_each_entry<gs_ml_err_key, gs_ml_err_val>(
       bpf_map__fd(skel_->maps.ml_errors), [&](const gs_ml_err_key& k, const gs_ml_err_val& v) {
@@ -229,24 +243,34 @@ void Memleak::print_summary(uint32_t pid, const std::string& comm, const gs_ml_p
                             const std::vector<std::pair<std::string, uint64_t>>& free_errs) {
   auto it = std::back_inserter(out_.buf());
   if (o_.json) {
-    json j{{"type", "summary"},          {"pid", pid},
-           {"comm", comm},               {"outstanding_bytes", c.outstanding_bytes},
-           {"outstanding_allocs", c.outstanding_allocs}, {"allocs_ok", c.allocs_ok},
-           {"allocs_failed", c.allocs_failed}, {"frees_ok", c.frees_ok},
-           {"frees_failed", c.frees_failed}, {"pinned_bytes", c.pinned_bytes},
-           {"pinned_allocs", c.pinned_allocs}, {"allocs_untracked", c.allocs_untracked},
-           {"frees_untracked", c.frees_untracked}, {"bad_frees", c.bad_frees},
-           {"double_frees", c.double_frees}, {"alloc_errors", json::object()},
-           {"free_errors", json::object()}, {"state", state}};
+    json j{{"type", "summary"},
+           {"pid", pid},
+           {"comm", comm},
+           {"outstanding_bytes", c.outstanding_bytes},
+           {"outstanding_allocs", c.outstanding_allocs},
+           {"allocs_ok", c.allocs_ok},
+           {"allocs_failed", c.allocs_failed},
+           {"frees_ok", c.frees_ok},
+           {"frees_failed", c.frees_failed},
+           {"pinned_bytes", c.pinned_bytes},
+           {"pinned_allocs", c.pinned_allocs},
+           {"allocs_untracked", c.allocs_untracked},
+           {"frees_untracked", c.frees_untracked},
+           {"bad_frees", c.bad_frees},
+           {"double_frees", c.double_frees},
+           {"alloc_errors", json::object()},
+           {"free_errors", json::object()},
+           {"state", state}};
     for (auto& [n, v] : alloc_errs) j["alloc_errors"][n] = j["alloc_errors"].value(n, uint64_t{0}) + v;
     for (auto& [n, v] : free_errs) j["free_errors"][n] = j["free_errors"].value(n, uint64_t{0}) + v;
     fmt::format_to(it, "{}\n", j.dump());
     return;
   }
-  summary_table().row(out_.buf(), {std::to_string(pid), comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
-                         human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed),
-                         std::to_string(c.frees_ok), std::to_string(c.frees_failed), std::to_string(c.bad_frees),
-                         std::to_string(c.frees_untracked), state});
+  summary_table().row(
+      out_.buf(),
+      {std::to_string(pid), comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
+       human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed), std::to_string(c.frees_ok),
+       std::to_string(c.frees_failed), std::to_string(c.bad_frees), std::to_string(c.frees_untracked), state});
   for (auto* errs : {&alloc_errs, &free_errs})
     for (auto& [n, v] : *errs)
       fmt::format_to(it, "{:>9}{} failed {} time{}: {}\n", "", errs == &alloc_errs ? "allocations" : "frees", v,
@@ -274,9 +298,9 @@ void Memleak::print_leaks(uint32_t pid, const std::string& comm, const std::stri
       kind += fmt::format(" handle {}{}, {} mapping(s)", r["handle"].get<std::string>(),
                           r["released"].get<bool>() ? " released" : "", r["mappings"].get<unsigned>());
     int dev = r["device"].get<int>();
-    table.row(out_.buf(), {r["addr"].get<std::string>(), human(r["size"].get<uint64_t>()),
-                           human_age(r["age_ns"].get<uint64_t>()), r["api"].get<std::string>(),
-                           dev < 0 ? "-" : std::to_string(dev), kind});
+    table.row(out_.buf(),
+              {r["addr"].get<std::string>(), human(r["size"].get<uint64_t>()), human_age(r["age_ns"].get<uint64_t>()),
+               r["api"].get<std::string>(), dev < 0 ? "-" : std::to_string(dev), kind});
     for (auto& f : r["stack"]) fmt::format_to(it, "    {}\n", f.get<std::string>());
   }
   fmt::format_to(it, "\n");
@@ -337,9 +361,13 @@ void Memleak::finish(const std::vector<Ending>& ends) {
     for (auto& k : dead) bpf_map_delete_elem(fd, &k);
   };
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_freed), gs_ml_key{}, gs_ml_freed{},
-                [&](const gs_ml_key& k, const gs_ml_freed&) { return by_life.count({k.pid, k.gen_ns}) > 0; });
+                [&](const gs_ml_key& k, const gs_ml_freed&) {
+                  return by_life.count({k.pid, k.gen_ns}) > 0;
+                });
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_errors), gs_ml_err_key{}, gs_ml_err_val{},
-                [&](const gs_ml_err_key& k, const gs_ml_err_val& v) { return by_life.count({k.pid, v.gen_ns}) > 0; });
+                [&](const gs_ml_err_key& k, const gs_ml_err_val& v) {
+                  return by_life.count({k.pid, v.gen_ns}) > 0;
+                });
   if (o_.stacks) {
     // Stacks whose allocation is gone (a free raced the exit): nothing else owns them.
     drop_pid_keys(bpf_map__fd(skel_->maps.ml_stacks), gs_ml_key{}, gs_ml_stack{},
@@ -407,19 +435,20 @@ void Memleak::interval(bool last) {
     std::map<uint32_t, std::vector<json>> rows;
     std::map<std::pair<uint32_t, uint64_t>, uint64_t> mapped_at;
     std::vector<std::pair<gs_ml_key, gs_ml_alloc>> old;
-    for_each_entry<gs_ml_key, gs_ml_alloc>(bpf_map__fd(skel_->maps.ml_allocs), [&](const gs_ml_key& k,
-                                                                                   const gs_ml_alloc& a) {
-      auto p = procs.find(k.pid);
-      if (p == procs.end() || p->second.gen_ns != k.gen_ns) return;
-      if (k.space == GS_ML_SPACE_MAPPING) {
-        auto& m = mapped_at[{k.pid, a.handle}];
-        if (!m || k.addr < m) m = k.addr;
-        return;
-      }
-      if (now - a.ts_boot_ns < min_age) return;
-      if (!suspected_.insert({k.pid, k.space, k.addr, a.ts_boot_ns}).second) return;
-      old.emplace_back(k, a);
-    });
+    for_each_entry<gs_ml_key, gs_ml_alloc>(bpf_map__fd(skel_->maps.ml_allocs),
+                                           [&](const gs_ml_key& k, const gs_ml_alloc& a) {
+                                             auto p = procs.find(k.pid);
+                                             if (p == procs.end() || p->second.gen_ns != k.gen_ns) return;
+                                             if (k.space == GS_ML_SPACE_MAPPING) {
+                                               auto& m = mapped_at[{k.pid, a.handle}];
+                                               if (!m || k.addr < m) m = k.addr;
+                                               return;
+                                             }
+                                             if (now - a.ts_boot_ns < min_age) return;
+                                             if (!suspected_.insert({k.pid, k.space, k.addr, a.ts_boot_ns}).second)
+                                               return;
+                                             old.emplace_back(k, a);
+                                           });
     for (auto& [k, a] : old) {
       auto m = mapped_at.find({k.pid, k.addr});
       if (o_.stacks && !stacks_.has(static_cast<pid_t>(k.pid))) stacks_.snapshot(static_cast<pid_t>(k.pid));
@@ -452,7 +481,8 @@ int Memleak::run() {
   set_libbpf_verbose(o_.verbose);
   UprobeSession session(scope, o_.verbose);
   open_and_load(session);
-  if (!exits_) fprintf(stderr, "gpuscope: no tp_btf (%s): exits are noticed by a sweep every interval\n", strerror(errno));
+  if (!exits_)
+    fprintf(stderr, "gpuscope: no tp_btf (%s): exits are noticed by a sweep every interval\n", strerror(errno));
   session.start();
   set_watch_point();
   attached_new_ = false;
@@ -473,7 +503,8 @@ int Memleak::run() {
     interval(false);
   });
   auto st = session.stats();
-  fprintf(stderr, "gpuscope: tracking GPU memory at %zu probes in %zu CUDA objects; summary every %g s. Ctrl-C to end.\n",
+  fprintf(stderr,
+          "gpuscope: tracking GPU memory at %zu probes in %zu CUDA objects; summary every %g s. Ctrl-C to end.\n",
           st.probes, st.objects, o_.interval_s);
   loop.run();
   session.detach();

@@ -10,8 +10,8 @@ void register_memleak(CLI::App& app) {
   auto* cmd = app.add_subcommand("memleak", "Track live GPU allocations per process; leak report when a process exits");
   add_common_flags(cmd, *common);
   add_scope_flags(cmd, *scope);
-  add_number(cmd, "--interval", o->interval_s, "Print the per-process summary every SECONDS (default 5)", "seconds", 0.01,
-             86400);
+  add_number(cmd, "--interval", o->interval_s, "Print the per-process summary every SECONDS (default 5)", "seconds",
+             0.01, 86400);
   add_number(cmd, "--min-age", o->min_age_s, "List live allocations older than SECONDS as suspected leaks", "seconds",
              0.001, 31536000);
   cmd->add_flag("--stacks", o->stacks, "Record and symbolize the allocating user stack");

@@ -44,8 +44,10 @@ void escape(std::string& out, std::string_view s) {
       case '\'': out += "&apos;"; break;
       default:
         // XML 1.0 allows no control characters but tab, newline and carriage return.
-        if (static_cast<unsigned char>(c) < 0x20) out.push_back(' ');
-        else out.push_back(c);
+        if (static_cast<unsigned char>(c) < 0x20)
+          out.push_back(' ');
+        else
+          out.push_back(c);
     }
   }
 }
@@ -79,8 +81,9 @@ struct Layout {
     out += "<g><title>";
     escape(out, n.name);
     out += fmt::format(" ({} {}, {:.2f}%)</title>", n.total, unit, 100.0 * static_cast<double>(n.total) / grand);
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" rx=\"2\" ry=\"2\"/>",
-                       x, y, w, frame_h - 1, colour(n.name));
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" rx=\"2\" ry=\"2\"/>", x, y, w,
+        frame_h - 1, colour(n.name));
     size_t fit = static_cast<size_t>(w / 7);  // about 7 px per character at 12 px
     if (fit >= 3) {
       std::string label = n.name.size() <= fit ? n.name : n.name.substr(0, fit - 2) + "..";
@@ -133,8 +136,9 @@ std::string flamegraph_svg(const Folded& f, const std::string& title, const std:
   escape(out, title);
   out += "</text>\n";
   if (root.total) {
-    Layout l{out, width, xpad, frame_h, top + depth * frame_h, (width - 2 * xpad) / static_cast<double>(root.total),
-             root.total, unit};
+    Layout l{
+        out,        width, xpad, frame_h, top + depth * frame_h, (width - 2 * xpad) / static_cast<double>(root.total),
+        root.total, unit};
     l.draw(root, 0, xpad);
   } else {
     out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no samples</text>\n", width / 2, top + 16);

@@ -88,7 +88,8 @@ std::string container_of(pid_t pid) {
       if (seg.ends_with(".scope")) seg.remove_suffix(6);
       for (std::string_view pre : {"docker-", "cri-containerd-", "crio-", "libpod-"})
         if (seg.starts_with(pre)) seg.remove_prefix(pre.size());
-      if (seg.size() >= 32 && std::all_of(seg.begin(), seg.end(), [](char c) { return isxdigit(static_cast<unsigned char>(c)); }))
+      if (seg.size() >= 32 &&
+          std::all_of(seg.begin(), seg.end(), [](char c) { return isxdigit(static_cast<unsigned char>(c)); }))
         return std::string(seg.substr(0, 12));
     }
   }
@@ -99,8 +100,7 @@ std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n))
 
 class Starvation {
  public:
-  explicit Starvation(const StarvationOptions& o)
-      : o_(o), dir_(o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
+  explicit Starvation(const StarvationOptions& o) : o_(o), dir_(o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
   int run();
 
  private:
@@ -123,7 +123,7 @@ class Starvation {
   const StarvationOptions& o_;
   std::string dir_;
   uint64_t period_ns_;
-  bool stacks_ = false;   // rows carry stacks
+  bool stacks_ = false;  // rows carry stacks
   std::unique_ptr<starvation_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   Pins pins_;
@@ -178,8 +178,7 @@ Pins Starvation::open_pins() const {
 BridgeView Starvation::view(const Pins& p) const {
   BridgeView v;
   uint32_t zero = 0;
-  if (!p.ok || bpf_map_lookup_elem(p.fds[0].get(), &zero, &v.meta) != 0 || !v.meta.last_update_boottime_ns)
-    return v;
+  if (!p.ok || bpf_map_lookup_elem(p.fds[0].get(), &zero, &v.meta) != 0 || !v.meta.last_update_boottime_ns) return v;
   uint64_t now = boottime_ns();
   v.age_ms = now > v.meta.last_update_boottime_ns ? (now - v.meta.last_update_boottime_ns) / 1000000 : 0;
   v.state = v.age_ms > o_.stale_threshold_ms ? Bridge::Stale : Bridge::Fresh;
@@ -190,9 +189,10 @@ void Starvation::check_poll_interval(const gpu_meta& m) const {
   // Inspektor Gadget's bridge leaves the field 0; the contract's default interval is 100 ms.
   uint64_t poll = m.poll_interval_ms ? m.poll_interval_ms : 100;
   if (o_.min_idle_ms < 2 * poll)
-    throw UsageError(fmt::format("--min-idle-ms {} is below 2x the bridge's poll interval ({} ms): an idle spell "
-                                 "shorter than two polls is not seen; use --min-idle-ms {} or more",
-                                 o_.min_idle_ms, poll, 2 * poll));
+    throw UsageError(
+        fmt::format("--min-idle-ms {} is below 2x the bridge's poll interval ({} ms): an idle spell "
+                    "shorter than two polls is not seen; use --min-idle-ms {} or more",
+                    o_.min_idle_ms, poll, 2 * poll));
 }
 
 void Starvation::load(Pins pins) {
@@ -207,8 +207,7 @@ void Starvation::load(Pins pins) {
   ro->sample_ustack = o_.collect_ustack || !o_.folded.empty() || !o_.svg.empty();
   ro->sample_kstack = o_.collect_kstack;
   if (pins.ok) {
-    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid,
-                        skel_->maps.gpu_pid_dev};
+    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
     for (int i = 0; i < 4; i++)
       if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
         throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, kPins[i], strerror(-err)));
@@ -261,8 +260,10 @@ void Starvation::attach_samplers() {
     attached++;
   }
   if (!attached)
-    fprintf(stderr, "gpuscope: no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
-            "it does, and there are no sampled stacks\n", why.c_str());
+    fprintf(stderr,
+            "gpuscope: no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
+            "it does, and there are no sampled stacks\n",
+            why.c_str());
 }
 
 // The BPF side skips the hash lookup for a tgid whose bit is clear; the bridge's list changes
@@ -283,13 +284,17 @@ void Starvation::refresh_tgids() {
 void Starvation::say(const BridgeView& v) {
   switch (v.state) {
     case Bridge::None:
-      fprintf(stderr, "gpuscope: no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
-              "a bridge publishes\n", dir_.c_str());
+      fprintf(stderr,
+              "gpuscope: no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
+              "a bridge publishes\n",
+              dir_.c_str());
       break;
     case Bridge::Stale:
-      fprintf(stderr, "gpuscope: bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
-              "until a bridge publishes again\n", dir_.c_str(), static_cast<unsigned long long>(v.age_ms),
-              v.meta.helper_pid, process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
+      fprintf(stderr,
+              "gpuscope: bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
+              "until a bridge publishes again\n",
+              dir_.c_str(), static_cast<unsigned long long>(v.age_ms), v.meta.helper_pid,
+              process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
       break;
     case Bridge::Fresh:
       fprintf(stderr, "gpuscope: bridge pid %u publishing under %s every %u ms; verdicts on\n", v.meta.helper_pid,
@@ -317,8 +322,10 @@ void Starvation::watch_bridge() {
   if (v.state == state_) return;
   if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
   if (v.state == Bridge::Stale && state_ == Bridge::Fresh)
-    fprintf(stderr, "gpuscope: bridge data under %s went stale (no update for %llu ms); no verdicts until it "
-            "resumes\n", dir_.c_str(), static_cast<unsigned long long>(v.age_ms));
+    fprintf(stderr,
+            "gpuscope: bridge data under %s went stale (no update for %llu ms); no verdicts until it "
+            "resumes\n",
+            dir_.c_str(), static_cast<unsigned long long>(v.age_ms));
   else
     say(v);
   state_ = v.state;
@@ -427,8 +434,13 @@ void Starvation::report() {
   }
 
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.cpu > b.cpu; });
-  static const Table table({{"COMM", -16}, {"PID", 7}, {"TID", 7}, {"CPU_TIME_NS", 14}, {"IDLE_NS", 14},
-                            {"HIT_COUNT", 9}, {"CONTAINER", 0}});
+  static const Table table({{"COMM", -16},
+                            {"PID", 7},
+                            {"TID", 7},
+                            {"CPU_TIME_NS", 14},
+                            {"IDLE_NS", 14},
+                            {"HIT_COUNT", 9},
+                            {"CONTAINER", 0}});
   auto& buf = out_.buf();
   if (!o_.json && !header_done_ && !rows.empty()) {
     table.header(buf);
@@ -443,15 +455,19 @@ void Starvation::report() {
     std::vector<std::string> us, ks;
     if (stacks_) {
       int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
-      if (auto b = busiest.find(tid); b != busiest.end()) uid = b->second.first.ustack_id, kid = b->second.first.kstack_id;
+      if (auto b = busiest.find(tid); b != busiest.end())
+        uid = b->second.first.ustack_id, kid = b->second.first.kstack_id;
       if (o_.collect_ustack) us = ustack(pid, uid);
       if (o_.collect_kstack) ks = kstack(kid);
     }
     rows_++;
     if (o_.json) {
-      nlohmann::ordered_json j{{"type", "starvation"}, {"pid", pid}, {"tid", tid}, {"comm", comm},
-                               {"thread", thread}, {"container", c->second}, {"cpu_time_ns", r.cpu},
-                               {"idle_ns", r.st.idle_ns}, {"hit_count", r.hits}, {"ustack", us}, {"kstack", ks}};
+      nlohmann::ordered_json j{{"type", "starvation"}, {"pid", pid},
+                               {"tid", tid},           {"comm", comm},
+                               {"thread", thread},     {"container", c->second},
+                               {"cpu_time_ns", r.cpu}, {"idle_ns", r.st.idle_ns},
+                               {"hit_count", r.hits},  {"ustack", us},
+                               {"kstack", ks}};
       std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       buf.append(line);
       buf.push_back('\n');
@@ -520,9 +536,10 @@ int Starvation::run() {
   if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
   load(std::move(pins));
   state_ = v.state;
-  fprintf(stderr, "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
-          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n", static_cast<unsigned long long>(o_.min_idle_ms),
-          static_cast<unsigned long long>(o_.min_gpu_mem_bytes),
+  fprintf(stderr,
+          "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
+          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
+          static_cast<unsigned long long>(o_.min_idle_ms), static_cast<unsigned long long>(o_.min_gpu_mem_bytes),
           static_cast<unsigned long long>(o_.stale_threshold_ms), o_.sample_hz);
   say(v);
 
@@ -570,8 +587,9 @@ int Starvation::run() {
   }
   if (!o_.svg.empty()) {
     std::ofstream(o_.svg, std::ios::trunc)
-        << flamegraph_svg(folded_, fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
-                                               static_cast<double>(total) / 1e9),
+        << flamegraph_svg(folded_,
+                          fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
+                                      static_cast<double>(total) / 1e9),
                           "ns");
     fprintf(stderr, "gpuscope: flame graph in %s\n", o_.svg.c_str());
   }

@@ -40,12 +40,30 @@ void normalize_event(gs_call_event& e) {
   const uint64_t v = e.args.ptr;
   e.args.ptr = 0;
   switch (d.out) {
-    case GS_OUT_PTR: e.args.ptr = v; e.fields = GS_F_PTR; break;
-    case GS_OUT_STREAM: e.args.stream = v; e.fields = GS_F_STREAM; break;
-    case GS_OUT_EVENT: e.args.event = v; e.fields = GS_F_EVENT; break;
-    case GS_OUT_GRAPH: e.args.graph = v; e.fields = GS_F_GRAPH; break;
-    case GS_OUT_HANDLE: e.args.handle = v; e.fields = GS_F_HANDLE; break;
-    case GS_OUT_DEVICE: e.args.device = static_cast<int32_t>(v); e.fields = GS_F_DEVICE; break;
+    case GS_OUT_PTR:
+      e.args.ptr = v;
+      e.fields = GS_F_PTR;
+      break;
+    case GS_OUT_STREAM:
+      e.args.stream = v;
+      e.fields = GS_F_STREAM;
+      break;
+    case GS_OUT_EVENT:
+      e.args.event = v;
+      e.fields = GS_F_EVENT;
+      break;
+    case GS_OUT_GRAPH:
+      e.args.graph = v;
+      e.fields = GS_F_GRAPH;
+      break;
+    case GS_OUT_HANDLE:
+      e.args.handle = v;
+      e.fields = GS_F_HANDLE;
+      break;
+    case GS_OUT_DEVICE:
+      e.args.device = static_cast<int32_t>(v);
+      e.fields = GS_F_DEVICE;
+      break;
     default: e.fields = 0;
   }
 }

@@ -24,7 +24,8 @@ TraceCollector::TraceCollector(UprobeSession& session, Config cfg, Sink sink)
   std::vector<SiteProbe> probes{{skel_->progs.gs_enter, false, cfg_.apis}};
   if (cfg_.exits) probes.push_back({skel_->progs.gs_exit, true, cfg_.apis});
   session.add(std::move(probes), multi);
-  rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
+  rb_ =
+      std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t n) { handle(d, n); });
 }
 
 TraceCollector::~TraceCollector() = default;

@@ -33,7 +33,8 @@ std::string resolve_kallsyms(const std::string& text, const std::string& func) {
     std::istringstream f(line);
     std::string addr, type, name;
     if (!(f >> addr >> type >> name)) continue;
-    if (name == func || (name.size() > func.size() && name.compare(0, func.size(), func) == 0 && name[func.size()] == '.'))
+    if (name == func ||
+        (name.size() > func.size() && name.compare(0, func.size(), func) == 0 && name[func.size()] == '.'))
       return name;
   }
   return "";
@@ -60,7 +61,8 @@ bpf_program* const* fentry_progs(uvm_bpf* s) {
 
 void only(uvm_bpf* s, std::initializer_list<bpf_program*> keep) {
   bpf_program* p;
-  bpf_object__for_each_program(p, s->obj) bpf_program__set_autoload(p, std::find(keep.begin(), keep.end(), p) != keep.end());
+  bpf_object__for_each_program(p, s->obj)
+      bpf_program__set_autoload(p, std::find(keep.begin(), keep.end(), p) != keep.end());
 }
 
 class Uvm {
@@ -117,7 +119,8 @@ std::string Uvm::try_fentry() {
     if (int err = uvm_bpf__load(probe.get()))
       return std::string("fentry programs refused (load returned ") + strerrorname_np(-err) + ")";
   }
-  if (access("/sys/kernel/btf/nvidia_uvm", F_OK) != 0) return "no BTF for nvidia_uvm (/sys/kernel/btf/nvidia_uvm missing)";
+  if (access("/sys/kernel/btf/nvidia_uvm", F_OK) != 0)
+    return "no BTF for nvidia_uvm (/sys/kernel/btf/nvidia_uvm missing)";
   skel_.reset(uvm_bpf__open());
   auto progs = fentry_progs(skel_.get());
   std::vector<bpf_program*> keep;
@@ -173,7 +176,9 @@ void Uvm::print() {
   }
   std::vector<std::pair<uint64_t, gs_uvm_thrash_val>> top;
   int fd = bpf_map__fd(skel_->maps.thrashing);
-  for_each_entry<uint64_t, gs_uvm_thrash_val>(fd, [&](uint64_t k, const gs_uvm_thrash_val& v) { top.push_back({k, v}); });
+  for_each_entry<uint64_t, gs_uvm_thrash_val>(fd, [&](uint64_t k, const gs_uvm_thrash_val& v) {
+    top.push_back({k, v});
+  });
   for (auto& [k, v] : top) bpf_map_delete_elem(fd, &k);
   std::sort(top.begin(), top.end(), [](auto& a, auto& b) { return a.second.count > b.second.count; });
   if (top.size() > o_.top) top.resize(o_.top);
@@ -186,13 +191,17 @@ void Uvm::print() {
         .num("thrashing_events", d[GS_UVM_THRASHING])
         .end();
     for (auto& [addr, v] : top)
-      JsonLine(out_.buf()).str("type", "thrashing").hex("address", addr).num("count", v.count).num("last_pid", v.last_pid)
-          .str("owner", owner_of(addr)).end();
+      JsonLine(out_.buf())
+          .str("type", "thrashing")
+          .hex("address", addr)
+          .num("count", v.count)
+          .num("last_pid", v.last_pid)
+          .str("owner", owner_of(addr))
+          .end();
   } else {
     fmt::format_to(it, "replayable fault servicing {}  non-replayable {}  thrashing {}\n", d[GS_UVM_REPLAYABLE],
                    d[GS_UVM_NON_REPLAYABLE], d[GS_UVM_THRASHING]);
-    for (auto& [addr, v] : top)
-      fmt::format_to(it, "  0x{:x}  {:>8}  owner {}\n", addr, v.count, owner_of(addr));
+    for (auto& [addr, v] : top) fmt::format_to(it, "  0x{:x}  {:>8}  owner {}\n", addr, v.count, owner_of(addr));
   }
   out_.flush();
 }
@@ -205,10 +214,11 @@ int Uvm::run() {
   std::string kwhy = try_kprobes();
   std::string fwhy = kwhy.empty() ? "" : try_fentry();
   if (!kwhy.empty() && !fwhy.empty())
-    throw UsageError("uvm unavailable: kprobes: " + kwhy + "; fentry: " + fwhy +
-                     (names_[0].empty() && names_[1].empty() && names_[2].empty() && kwhy.find("nvidia_uvm") == std::string::npos
-                          ? "; nvidia_uvm is not loaded either"
-                          : ""));
+    throw UsageError(
+        "uvm unavailable: kprobes: " + kwhy + "; fentry: " + fwhy +
+        (names_[0].empty() && names_[1].empty() && names_[2].empty() && kwhy.find("nvidia_uvm") == std::string::npos
+             ? "; nvidia_uvm is not loaded either"
+             : ""));
   fprintf(stderr, "gpuscope: watching nvidia-uvm fault servicing through %s. Ctrl-C to end.\n", how_.c_str());
   StopControl stop(o_.duration_s);
   using clock = std::chrono::steady_clock;

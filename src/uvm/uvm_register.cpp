@@ -6,7 +6,8 @@ namespace gpuscope {
 void register_uvm(CLI::App& app) {
   auto* o = new UvmOptions;  // these live as long as the program
   auto* common = new CommonFlags;
-  auto* cmd = app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
+  auto* cmd =
+      app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
   add_common_flags(cmd, *common);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
   add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
