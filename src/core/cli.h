@@ -34,6 +34,21 @@ std::string flag_name(const std::string& flags);
 double parse_number(const std::string& flag, const std::string& text, const char* what, double lo, double hi,
                     bool integer);
 
+// Copies the shared flags into a subcommand's options struct: duration_s, json and verbose, and
+// pids, comm and libs where the struct has them.
+template <class Options>
+Options& with_shared(Options& o, const CommonFlags& c, const Scope* s = nullptr) {
+  o.duration_s = c.duration_s;
+  o.json = c.json;
+  o.verbose = c.verbose;
+  if (s) {
+    if constexpr (requires { o.pids; }) o.pids = s->pids;
+    if constexpr (requires { o.comm; }) o.comm = s->comm;
+    if constexpr (requires { o.libs; }) o.libs = s->libs;
+  }
+  return o;
+}
+
 // A subcommand and what runs it once it is parsed.
 void add_command(CLI::App* sub, std::function<int()> run);
 // Runs the parsed subcommand; 0 when none ran.

@@ -19,14 +19,7 @@ void register_ioctl(CLI::App& app) {
       "  gpuscope ioctl -d 10                 # which processes talk to the driver, and how\n"
       "  gpuscope ioctl -p 1234 --events --json\n"
       "  gpuscope ioctl -c python3");
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    o->pids = scope->pids;
-    o->comm = scope->comm;
-    return run_ioctl(*o);
-  });
+  add_command(cmd, [=] { return run_ioctl(with_shared(*o, *common, scope)); });
 }
 
 }  // namespace gpuscope

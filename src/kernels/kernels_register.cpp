@@ -17,15 +17,7 @@ void register_kernels(CLI::App& app) {
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"
       "  gpuscope kernels -p 1234 --top 20\n"
       "  gpuscope kernels -c python3 --json --interval 5");
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    o->pids = scope->pids;
-    o->comm = scope->comm;
-    o->libs = scope->libs;
-    return run_kernels(*o);
-  });
+  add_command(cmd, [=] { return run_kernels(with_shared(*o, *common, scope)); });
 }
 
 }  // namespace gpuscope

@@ -23,15 +23,7 @@ void register_latency(CLI::App& app) {
       "  gpuscope latency -d 10                       # default APIs, host-wide, printed at the end\n"
       "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
       "  gpuscope latency -p 1234 --json");
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    o->pids = scope->pids;
-    o->comm = scope->comm;
-    o->libs = scope->libs;
-    return run_latency(*o);
-  });
+  add_command(cmd, [=] { return run_latency(with_shared(*o, *common, scope)); });
 }
 
 }  // namespace gpuscope

@@ -20,15 +20,7 @@ void register_memleak(CLI::App& app) {
       "  gpuscope memleak                        # every process, summary every 5 s, leak report at exit\n"
       "  gpuscope memleak -p 1234 --min-age 60   # also list allocations older than a minute\n"
       "  gpuscope memleak -c python3 --stacks --json");
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    o->pids = scope->pids;
-    o->comm = scope->comm;
-    o->libs = scope->libs;
-    return run_memleak(*o);
-  });
+  add_command(cmd, [=] { return run_memleak(with_shared(*o, *common, scope)); });
 }
 
 }  // namespace gpuscope

@@ -32,14 +32,7 @@ void register_starvation(CLI::App& app) {
       "  gpuscope starvation                                # every GPU process, one row per thread per second\n"
       "  gpuscope starvation -p 1234 --collect-ustack --json\n"
       "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    o->pids = scope->pids;
-    o->comm = scope->comm;
-    return run_starvation(*o);
-  });
+  add_command(cmd, [=] { return run_starvation(with_shared(*o, *common, scope)); });
 }
 
 }  // namespace gpuscope

@@ -11,12 +11,7 @@ void register_uvm(CLI::App& app) {
   add_common_flags(cmd, *common);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
   add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
-  add_command(cmd, [=] {
-    o->duration_s = common->duration_s;
-    o->json = common->json;
-    o->verbose = common->verbose;
-    return run_uvm(*o);
-  });
+  add_command(cmd, [=] { return run_uvm(with_shared(*o, *common, nullptr)); });
 }
 
 }  // namespace gpuscope
