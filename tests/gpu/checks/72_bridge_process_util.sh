@@ -12,6 +12,8 @@ GPUSCOPE=$1
 OUT=$2
 mkdir -p "$OUT"
 PIN=/sys/fs/bpf/gpuscope-check72
+# A fresh host has no bpffs at /sys/fs/bpf (the bridge mounts it for its default directory only).
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$PIN"
 rm -f "$PIN"/gpu_*
 cleanup_pins() { rm -f "$PIN"/gpu_*; rmdir "$PIN" 2>/dev/null || true; }
