@@ -8,7 +8,7 @@
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
-#include "common/uprobe_args.bpf.h"
+#include "common/arch.bpf.h"
 #include "kernels/kernels.h"
 #include "common/drops.bpf.h"
 
@@ -88,13 +88,6 @@ static __always_inline __u32 namer_of(struct pt_regs *ctx)
 	return row < GS_API_COUNT ? apis[row].namer & 3 : 0;
 }
 
-static __always_inline __u64 return_address(struct pt_regs *ctx)
-{
-	__u64 ra = 0;
-	bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->sp);
-	return ra;
-}
-
 static __always_inline __u64 config_stream(__u64 config)
 {
 	__u64 s = 0;
@@ -107,7 +100,7 @@ static __always_inline __u64 config_stream(__u64 config)
 static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
 {
 	const bool runtime = site <= GS_K_CUDA_GRAPH;
-	__u64 handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? ctx->si : ctx->di;
+	__u64 handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? PT_REGS_PARM2(ctx) : PT_REGS_PARM1(ctx);
 	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
 	struct thread_state *st;
 
@@ -148,8 +141,8 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		case GS_K_CUDA_LAUNCH: ck.stream = gs_arg(ctx, 7); break; /* dim3s take two registers each */
 		case GS_K_CU_LAUNCH: ck.stream = gs_arg(ctx, 8); break;
 		case GS_K_CUDA_LAUNCH_EX:
-		case GS_K_CU_LAUNCH_EX: ck.stream = config_stream(ctx->di); break;
-		default: ck.stream = ctx->si; break;
+		case GS_K_CU_LAUNCH_EX: ck.stream = config_stream(PT_REGS_PARM1(ctx)); break;
+		default: ck.stream = PT_REGS_PARM2(ctx); break;
 		}
 		if (bpf_map_lookup_elem(&capturing, &ck)) {
 			count_drop(GS_K_DROP_CAPTURED);
@@ -164,7 +157,7 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		__sync_fetch_and_add(&v->count, 1);
 		return 0;
 	}
-	struct gs_k_val nv = {.count = 1, .caller = return_address(ctx)};
+	struct gs_k_val nv = {.count = 1, .caller = gs_return_address(ctx)};
 	if (bpf_map_update_elem(&counts, &k, &nv, BPF_NOEXIST)) {
 		v = bpf_map_lookup_elem(&counts, &k); /* lost a race to create it */
 		if (v)
@@ -207,7 +200,7 @@ int gs_k_launch_exit(struct pt_regs *ctx)
 SEC("uprobe")
 int gs_k_capture(struct pt_regs *ctx)
 {
-	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = ctx->di};
+	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = PT_REGS_PARM1(ctx)};
 	__u8 one = 1;
 	__u64 row = bpf_get_attach_cookie(ctx);
 	if (row >= GS_API_COUNT)
@@ -234,13 +227,13 @@ int gs_k_name_enter(struct pt_regs *ctx)
 		return 0;
 	}
 	struct namer_slot *s = &st->slot[namer];
-	s->outp = ctx->di;
-	s->src = ctx->si;
-	s->caller = return_address(ctx);
-	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? ctx->di : ctx->dx;
+	s->outp = PT_REGS_PARM1(ctx);
+	s->src = PT_REGS_PARM2(ctx);
+	s->caller = gs_return_address(ctx);
+	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? PT_REGS_PARM1(ctx) : PT_REGS_PARM3(ctx);
 	s->active = 1;
 	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
-		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);
+		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)PT_REGS_PARM3(ctx));
 	return 0;
 }
 

@@ -5,7 +5,7 @@
 #include <bpf/bpf_core_read.h>
 #include "common/cuda_api.h"
 #include "common/events.h"
-#include "common/uprobe_args.bpf.h"
+#include "common/arch.bpf.h"
 #include "common/comm_filter.bpf.h"
 #include "common/drops.bpf.h"
 
