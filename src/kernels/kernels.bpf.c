@@ -9,6 +9,8 @@
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "common/arch.bpf.h"
+#include "common/capture.bpf.h"
+#include "common/launch.bpf.h"
 #include "kernels/kernels.h"
 #include "common/drops.bpf.h"
 
@@ -57,20 +59,9 @@ struct {
 	__type(value, __u8);
 } launched SEC(".maps");
 
-struct capture_key {
-	__u32 pid, pad;
-	__u64 stream;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct capture_key);
-	__type(value, __u8);
-} capturing SEC(".maps");
-
-/* Streams under capture, host-wide: launches read their stream only while it is non-zero. */
-__s64 captures_active = 0;
+/* Streams under capture, taken at the begin call's entry: launches read their stream only
+ * while one is (gs_capture_any). */
+GS_CAPTURE_STATE()
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -88,11 +79,16 @@ static __always_inline __u32 namer_of(struct pt_regs *ctx)
 	return row < GS_API_COUNT ? apis[row].namer & 3 : 0;
 }
 
-static __always_inline __u64 config_stream(__u64 config)
+/* The launch kind (common/launch.bpf.h) of a launch program's site. */
+static __always_inline __u8 site_kind(const enum gs_k_site site)
 {
-	__u64 s = 0;
-	bpf_probe_read_user(&s, sizeof(s), (void *)(config + 32)); /* same offset in both config structs */
-	return s;
+	switch (site) {
+	case GS_K_CUDA_LAUNCH: return GS_SP_RT_LAUNCH;
+	case GS_K_CUDA_LAUNCH_EX: return GS_SP_RT_LAUNCH_EX;
+	case GS_K_CU_LAUNCH: return GS_SP_CU_LAUNCH;
+	case GS_K_CU_LAUNCH_EX: return GS_SP_CU_LAUNCH_EX;
+	default: return GS_LAUNCH_GRAPH;
+	}
 }
 
 /* One program per launch site kind, so that the site is a constant here rather than a
@@ -100,7 +96,7 @@ static __always_inline __u64 config_stream(__u64 config)
 static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
 {
 	const bool runtime = site <= GS_K_CUDA_GRAPH;
-	__u64 handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? PT_REGS_PARM2(ctx) : PT_REGS_PARM1(ctx);
+	__u64 handle = gs_launch_handle(ctx, site_kind(site));
 	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
 	struct thread_state *st;
 
@@ -135,19 +131,9 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	}
 	__u32 pid = task->tgid;
 
-	if (captures_active > 0) {
-		struct capture_key ck = {.pid = pid};
-		switch (site) {
-		case GS_K_CUDA_LAUNCH: ck.stream = gs_arg(ctx, 7); break; /* dim3s take two registers each */
-		case GS_K_CU_LAUNCH: ck.stream = gs_arg(ctx, 8); break;
-		case GS_K_CUDA_LAUNCH_EX:
-		case GS_K_CU_LAUNCH_EX: ck.stream = config_stream(PT_REGS_PARM1(ctx)); break;
-		default: ck.stream = PT_REGS_PARM2(ctx); break;
-		}
-		if (bpf_map_lookup_elem(&capturing, &ck)) {
-			count_drop(GS_K_DROP_CAPTURED);
-			return 0;
-		}
+	if (gs_capture_any() && gs_capture_lookup(pid, gs_launch_stream(ctx, site_kind(site)))) {
+		count_drop(GS_K_DROP_CAPTURED);
+		return 0;
 	}
 
 	struct gs_k_key k = {.pid = pid, .handle = handle};
@@ -200,17 +186,15 @@ int gs_k_launch_exit(struct pt_regs *ctx)
 SEC("uprobe")
 int gs_k_capture(struct pt_regs *ctx)
 {
-	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = PT_REGS_PARM1(ctx)};
-	__u8 one = 1;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u64 stream = PT_REGS_PARM1(ctx);
 	__u64 row = bpf_get_attach_cookie(ctx);
 	if (row >= GS_API_COUNT)
 		return 0;
-	if (apis[row].special == GS_SP_CAPTURE_BEGIN) {
-		if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
-			__sync_fetch_and_add(&captures_active, 1);
-	} else if (bpf_map_delete_elem(&capturing, &k) == 0) {
-		__sync_fetch_and_sub(&captures_active, 1);
-	}
+	if (apis[row].special == GS_SP_CAPTURE_BEGIN)
+		gs_capture_begin(pid, stream);
+	else
+		gs_capture_end(pid, stream);
 	return 0;
 }
 
