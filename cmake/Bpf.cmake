@@ -2,6 +2,15 @@
 find_program(BPF_CLANG NAMES clang clang-14 REQUIRED)
 find_program(BPFTOOL NAMES bpftool PATHS /usr/sbin /usr/local/sbin REQUIRED)
 
+# The BPF target arch: selects libbpf's PT_REGS_* and src/common/arch.bpf.h (the only BPF code that
+# names registers). x86 is what is built and tested; arm64 compiles but is untested.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
+  set(_gs_bpf_arch_default arm64)
+else()
+  set(_gs_bpf_arch_default x86)
+endif()
+set(GPUSCOPE_BPF_ARCH ${_gs_bpf_arch_default} CACHE STRING "BPF __TARGET_ARCH_<arch> (x86, arm64)")
+
 set(GPUSCOPE_GEN_DIR ${CMAKE_BINARY_DIR}/generated)
 file(MAKE_DIRECTORY ${GPUSCOPE_GEN_DIR})
 set(VMLINUX_BTF /sys/kernel/btf/vmlinux CACHE FILEPATH "BTF used to generate vmlinux.h")
@@ -23,7 +32,7 @@ function(gpuscope_bpf name src)
   get_filename_component(dir ${abs} DIRECTORY)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Wno-unused-function
+    COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${GPUSCOPE_BPF_ARCH} -Wall -Wno-unused-function
             -I${GPUSCOPE_GEN_DIR} -I${PROJECT_SOURCE_DIR}/src -I${dir} -MD -MF ${dep} -MT ${obj}
             -c ${abs} -o ${obj}
     DEPENDS ${abs} ${GPUSCOPE_GEN_DIR}/vmlinux.h

@@ -8,7 +8,9 @@
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
-#include "common/uprobe_args.bpf.h"
+#include "common/arch.bpf.h"
+#include "common/capture.bpf.h"
+#include "common/launch.bpf.h"
 #include "kernels/kernels.h"
 #include "common/drops.bpf.h"
 
@@ -57,20 +59,9 @@ struct {
 	__type(value, __u8);
 } launched SEC(".maps");
 
-struct capture_key {
-	__u32 pid, pad;
-	__u64 stream;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct capture_key);
-	__type(value, __u8);
-} capturing SEC(".maps");
-
-/* Streams under capture, host-wide: launches read their stream only while it is non-zero. */
-__s64 captures_active = 0;
+/* Streams under capture, taken at the begin call's entry: launches read their stream only
+ * while one is (gs_capture_any). */
+GS_CAPTURE_STATE()
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -88,18 +79,16 @@ static __always_inline __u32 namer_of(struct pt_regs *ctx)
 	return row < GS_API_COUNT ? apis[row].namer & 3 : 0;
 }
 
-static __always_inline __u64 return_address(struct pt_regs *ctx)
+/* The launch kind (common/launch.bpf.h) of a launch program's site. */
+static __always_inline __u8 site_kind(const enum gs_k_site site)
 {
-	__u64 ra = 0;
-	bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->sp);
-	return ra;
-}
-
-static __always_inline __u64 config_stream(__u64 config)
-{
-	__u64 s = 0;
-	bpf_probe_read_user(&s, sizeof(s), (void *)(config + 32)); /* same offset in both config structs */
-	return s;
+	switch (site) {
+	case GS_K_CUDA_LAUNCH: return GS_SP_RT_LAUNCH;
+	case GS_K_CUDA_LAUNCH_EX: return GS_SP_RT_LAUNCH_EX;
+	case GS_K_CU_LAUNCH: return GS_SP_CU_LAUNCH;
+	case GS_K_CU_LAUNCH_EX: return GS_SP_CU_LAUNCH_EX;
+	default: return GS_LAUNCH_GRAPH;
+	}
 }
 
 /* One program per launch site kind, so that the site is a constant here rather than a
@@ -107,7 +96,7 @@ static __always_inline __u64 config_stream(__u64 config)
 static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
 {
 	const bool runtime = site <= GS_K_CUDA_GRAPH;
-	__u64 handle = site == GS_K_CUDA_LAUNCH_EX || site == GS_K_CU_LAUNCH_EX ? ctx->si : ctx->di;
+	__u64 handle = gs_launch_handle(ctx, site_kind(site));
 	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
 	struct thread_state *st;
 
@@ -142,19 +131,9 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	}
 	__u32 pid = task->tgid;
 
-	if (captures_active > 0) {
-		struct capture_key ck = {.pid = pid};
-		switch (site) {
-		case GS_K_CUDA_LAUNCH: ck.stream = gs_arg(ctx, 7); break; /* dim3s take two registers each */
-		case GS_K_CU_LAUNCH: ck.stream = gs_arg(ctx, 8); break;
-		case GS_K_CUDA_LAUNCH_EX:
-		case GS_K_CU_LAUNCH_EX: ck.stream = config_stream(ctx->di); break;
-		default: ck.stream = ctx->si; break;
-		}
-		if (bpf_map_lookup_elem(&capturing, &ck)) {
-			count_drop(GS_K_DROP_CAPTURED);
-			return 0;
-		}
+	if (gs_capture_any() && gs_capture_lookup(pid, gs_launch_stream(ctx, site_kind(site)))) {
+		count_drop(GS_K_DROP_CAPTURED);
+		return 0;
 	}
 
 	struct gs_k_key k = {.pid = pid, .handle = handle};
@@ -164,7 +143,7 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		__sync_fetch_and_add(&v->count, 1);
 		return 0;
 	}
-	struct gs_k_val nv = {.count = 1, .caller = return_address(ctx)};
+	struct gs_k_val nv = {.count = 1, .caller = gs_return_address(ctx)};
 	if (bpf_map_update_elem(&counts, &k, &nv, BPF_NOEXIST)) {
 		v = bpf_map_lookup_elem(&counts, &k); /* lost a race to create it */
 		if (v)
@@ -207,17 +186,15 @@ int gs_k_launch_exit(struct pt_regs *ctx)
 SEC("uprobe")
 int gs_k_capture(struct pt_regs *ctx)
 {
-	struct capture_key k = {.pid = bpf_get_current_pid_tgid() >> 32, .stream = ctx->di};
-	__u8 one = 1;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u64 stream = PT_REGS_PARM1(ctx);
 	__u64 row = bpf_get_attach_cookie(ctx);
 	if (row >= GS_API_COUNT)
 		return 0;
-	if (apis[row].special == GS_SP_CAPTURE_BEGIN) {
-		if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
-			__sync_fetch_and_add(&captures_active, 1);
-	} else if (bpf_map_delete_elem(&capturing, &k) == 0) {
-		__sync_fetch_and_sub(&captures_active, 1);
-	}
+	if (apis[row].special == GS_SP_CAPTURE_BEGIN)
+		gs_capture_begin(pid, stream);
+	else
+		gs_capture_end(pid, stream);
 	return 0;
 }
 
@@ -234,13 +211,13 @@ int gs_k_name_enter(struct pt_regs *ctx)
 		return 0;
 	}
 	struct namer_slot *s = &st->slot[namer];
-	s->outp = ctx->di;
-	s->src = ctx->si;
-	s->caller = return_address(ctx);
-	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? ctx->di : ctx->dx;
+	s->outp = PT_REGS_PARM1(ctx);
+	s->src = PT_REGS_PARM2(ctx);
+	s->caller = gs_return_address(ctx);
+	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? PT_REGS_PARM1(ctx) : PT_REGS_PARM3(ctx);
 	s->active = 1;
 	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
-		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)ctx->dx);
+		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)PT_REGS_PARM3(ctx));
 	return 0;
 }
 

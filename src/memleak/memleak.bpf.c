@@ -317,10 +317,10 @@ int ml_enter(struct pt_regs *ctx)
 	if (st->depth++ > 0)
 		return 0;
 	st->site = site;
-	st->arg[0] = ctx->di;
-	st->arg[1] = ctx->si;
-	st->arg[2] = ctx->dx;
-	st->arg[3] = ctx->cx;
+	st->arg[0] = PT_REGS_PARM1(ctx);
+	st->arg[1] = PT_REGS_PARM2(ctx);
+	st->arg[2] = PT_REGS_PARM3(ctx);
+	st->arg[3] = PT_REGS_PARM4(ctx);
 	return 0;
 }
 

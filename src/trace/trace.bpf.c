@@ -5,7 +5,9 @@
 #include <bpf/bpf_core_read.h>
 #include "common/cuda_api.h"
 #include "common/events.h"
-#include "common/uprobe_args.bpf.h"
+#include "common/arch.bpf.h"
+#include "common/capture.bpf.h"
+#include "common/launch.bpf.h"
 #include "common/comm_filter.bpf.h"
 #include "common/drops.bpf.h"
 
@@ -40,18 +42,9 @@ struct {
 	__type(value, struct thread_state);
 } calls SEC(".maps");
 
-struct capture_key {
-	__u32 pid;
-	__u32 pad;
-	__u64 stream;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct capture_key);
-	__type(value, __u8);
-} capturing SEC(".maps");
+/* Streams under capture: taken at the begin call's return (when it succeeds) or, with no
+ * exit program, at its entry; dropped at the end call's entry. */
+GS_CAPTURE_STATE()
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -99,106 +92,7 @@ static __always_inline void submit(struct gs_call_event *e)
 										  : BPF_RB_NO_WAKEUP);
 }
 
-/* Streams under capture, host-wide; launches look the map up only while it is non-empty. */
-__s64 captures_active = 0;
-
-static __always_inline bool is_captured(__u32 pid, __u64 stream)
-{
-	struct capture_key k = {.pid = pid, .stream = stream};
-	if (captures_active <= 0)
-		return false;
-	return bpf_map_lookup_elem(&capturing, &k) != NULL;
-}
-
-static __always_inline void capture_begin(__u32 pid, __u64 stream)
-{
-	struct capture_key k = {.pid = pid, .stream = stream};
-	__u8 one = 1;
-	if (bpf_map_update_elem(&capturing, &k, &one, BPF_NOEXIST) == 0)
-		__sync_fetch_and_add(&captures_active, 1);
-}
-
-static __always_inline void capture_end(__u32 pid, __u64 stream)
-{
-	struct capture_key k = {.pid = pid, .stream = stream};
-	if (bpf_map_delete_elem(&capturing, &k) == 0)
-		__sync_fetch_and_sub(&captures_active, 1);
-}
-
 #define ARG(slot) gs_arg_at(&regs, (slot) - 1)
-
-/* cudaLaunchAttribute and CUlaunchAttribute: 72-byte entries, id at 0, value at 8. */
-static __always_inline void read_attrs_cluster(struct gs_call_event *e, __u64 attrs, __u32 n)
-{
-	for (int i = 0; i < 8; i++) {
-		__u32 id = 0;
-		if (i >= n)
-			break;
-		bpf_probe_read_user(&id, sizeof(id), (void *)(attrs + i * 72));
-		if (id == 4 /* ClusterDimension */) {
-			bpf_probe_read_user(e->args.cluster, sizeof(e->args.cluster), (void *)(attrs + i * 72 + 8));
-			e->fields |= GS_F_CLUSTER;
-		}
-	}
-}
-
-static __always_inline void decode_launch(const struct gs_args *r, __u8 special, struct gs_call_event *e)
-{
-	struct gs_call_args *a = &e->args;
-	__u64 cfg, v;
-	__u64 stk[3] = {};
-	__u32 ex[14];
-
-	switch (special) {
-	case GS_SP_RT_LAUNCH:
-		/* dim3 is 12 bytes: x|y<<32 in one register, z in the next. */
-		a->func = r->reg[0];
-		v = r->reg[1];
-		a->grid[0] = (__u32)v;
-		a->grid[1] = v >> 32;
-		a->grid[2] = (__u32)r->reg[2];
-		v = r->reg[3];
-		a->block[0] = (__u32)v;
-		a->block[1] = v >> 32;
-		a->block[2] = (__u32)r->reg[4];
-		/* Arguments 7 and 8 (smem, stream) are adjacent stack slots: one read. */
-		bpf_probe_read_user(stk, 16, (void *)(r->sp + 8));
-		a->shared_mem_bytes = (__u32)stk[0];
-		a->stream = stk[1];
-		break;
-	case GS_SP_CU_LAUNCH:
-		a->func = r->reg[0];
-		a->grid[0] = r->reg[1];
-		a->grid[1] = r->reg[2];
-		a->grid[2] = r->reg[3];
-		a->block[0] = r->reg[4];
-		a->block[1] = r->reg[5];
-		bpf_probe_read_user(stk, 24, (void *)(r->sp + 8)); /* bz, smem, stream */
-		a->block[2] = stk[0];
-		a->shared_mem_bytes = stk[1];
-		a->stream = stk[2];
-		break;
-	case GS_SP_RT_LAUNCH_EX:
-	case GS_SP_CU_LAUNCH_EX:
-		/* Both configs: six u32 dims, smem at 24 (size_t in the runtime's, u32 in the
-		 * driver's; little-endian, so the low word serves both), stream 32, attrs 40,
-		 * numAttrs 48. */
-		cfg = r->reg[0];
-		a->func = r->reg[1];
-		if (bpf_probe_read_user(ex, sizeof(ex), (void *)cfg))
-			return;
-		a->grid[0] = ex[0];
-		a->grid[1] = ex[1];
-		a->grid[2] = ex[2];
-		a->block[0] = ex[3];
-		a->block[1] = ex[4];
-		a->block[2] = ex[5];
-		a->shared_mem_bytes = ex[6];
-		a->stream = ((__u64)ex[9] << 32) | ex[8];
-		read_attrs_cluster(e, ((__u64)ex[11] << 32) | ex[10], ex[12]);
-		break;
-	}
-}
 
 SEC("uprobe")
 int gs_enter(struct pt_regs *ctx)
@@ -236,9 +130,9 @@ int gs_enter(struct pt_regs *ctx)
 		}
 	}
 	if (d->special == GS_SP_CAPTURE_END)
-		capture_end(id >> 32, ARG(d->stream));
+		gs_capture_end(id >> 32, ARG(d->stream));
 	else if (!emit_exit && d->special == GS_SP_CAPTURE_BEGIN)
-		capture_begin(id >> 32, ARG(d->stream));
+		gs_capture_begin(id >> 32, ARG(d->stream));
 	if (!emit_enter)
 		return 0;
 
@@ -260,8 +154,8 @@ int gs_enter(struct pt_regs *ctx)
 	if (d->handle) a->handle = ARG(d->handle);
 	if (d->device) a->device = ARG(d->device);
 	if (d->special >= GS_SP_RT_LAUNCH && d->special <= GS_SP_CU_LAUNCH_EX) {
-		decode_launch(&regs, d->special, e);
-		if (is_captured(e->pid, a->stream))
+		gs_launch_decode(&regs, d->special, e);
+		if (gs_is_captured(e->pid, a->stream))
 			e->fields |= GS_F_CAPTURED;
 	}
 	submit(e);
@@ -300,7 +194,7 @@ int gs_exit(struct pt_regs *ctx)
 	d = &apis[st.api];
 
 	if (d->special == GS_SP_CAPTURE_BEGIN && ret == 0)
-		capture_begin(id >> 32, st.stream);
+		gs_capture_begin(id >> 32, st.stream);
 
 	e = reserve(id, st.api, d->layer, GS_PHASE_EXIT);
 	if (!e)
