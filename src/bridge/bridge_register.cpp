@@ -1,11 +1,13 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "bridge/bridge.h"
 
 namespace gpuscope {
 
 void register_bridge(CLI::App& app) {
-  auto* o = new BridgeOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
+  auto o = std::make_shared<BridgeOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
   auto* cmd = app.add_subcommand("bridge", "Publish NVML GPU state into pinned BPF maps (gpu-ebpf-bridge layout)");
   add_common_flags(cmd, *common);
   cmd->add_option("--nvml", o->nvml, "NVML library to load (default libnvidia-ml.so.1)");

@@ -1,3 +1,5 @@
+#include <memory>
+
 #include "core/cli.h"
 
 namespace gpuscope {
@@ -5,7 +7,7 @@ namespace gpuscope {
 int run_doctor(bool json);
 
 void register_doctor(CLI::App& app) {
-  auto* common = new CommonFlags;  // lives as long as the program
+  auto common = std::make_shared<CommonFlags>();  // held by the command registry until exit
   auto* cmd = app.add_subcommand("doctor", "Check what this host supports and which subcommands will work");
   add_common_flags(cmd, *common);
   add_command(cmd, [=] { return run_doctor(common->json); });

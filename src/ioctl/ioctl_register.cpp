@@ -1,12 +1,14 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "ioctl/ioctl_cmd.h"
 
 namespace gpuscope {
 
 void register_ioctl(CLI::App& app) {
-  auto* o = new IoctlOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
-  auto* scope = new Scope;
+  auto o = std::make_shared<IoctlOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
+  auto scope = std::make_shared<Scope>();
   auto* cmd = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
   add_common_flags(cmd, *common);
   add_scope_flags(cmd, *scope, false);
@@ -19,7 +21,7 @@ void register_ioctl(CLI::App& app) {
       "  gpuscope ioctl -d 10                 # which processes talk to the driver, and how\n"
       "  gpuscope ioctl -p 1234 --events --json\n"
       "  gpuscope ioctl -c python3");
-  add_command(cmd, [=] { return run_ioctl(with_shared(*o, *common, scope)); });
+  add_command(cmd, [=] { return run_ioctl(with_shared(*o, *common, scope.get())); });
 }
 
 }  // namespace gpuscope

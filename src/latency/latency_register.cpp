@@ -1,12 +1,14 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "latency/latency_cmd.h"
 
 namespace gpuscope {
 
 void register_latency(CLI::App& app) {
-  auto* o = new LatencyOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
-  auto* scope = new Scope;
+  auto o = std::make_shared<LatencyOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
+  auto scope = std::make_shared<Scope>();
   auto* cmd =
       app.add_subcommand("latency", "Histograms of CUDA API call latency and return-code counts, aggregated in BPF");
   add_common_flags(cmd, *common);
@@ -23,7 +25,7 @@ void register_latency(CLI::App& app) {
       "  gpuscope latency -d 10                       # default APIs, host-wide, printed at the end\n"
       "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
       "  gpuscope latency -p 1234 --json");
-  add_command(cmd, [=] { return run_latency(with_shared(*o, *common, scope)); });
+  add_command(cmd, [=] { return run_latency(with_shared(*o, *common, scope.get())); });
 }
 
 }  // namespace gpuscope

@@ -1,12 +1,14 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "memleak/memleak_cmd.h"
 
 namespace gpuscope {
 
 void register_memleak(CLI::App& app) {
-  auto* o = new MemleakOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
-  auto* scope = new Scope;
+  auto o = std::make_shared<MemleakOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
+  auto scope = std::make_shared<Scope>();
   auto* cmd = app.add_subcommand("memleak", "Track live GPU allocations per process; leak report when a process exits");
   add_common_flags(cmd, *common);
   add_scope_flags(cmd, *scope);
@@ -20,7 +22,7 @@ void register_memleak(CLI::App& app) {
       "  gpuscope memleak                        # every process, summary every 5 s, leak report at exit\n"
       "  gpuscope memleak -p 1234 --min-age 60   # also list allocations older than a minute\n"
       "  gpuscope memleak -c python3 --stacks --json");
-  add_command(cmd, [=] { return run_memleak(with_shared(*o, *common, scope)); });
+  add_command(cmd, [=] { return run_memleak(with_shared(*o, *common, scope.get())); });
 }
 
 }  // namespace gpuscope

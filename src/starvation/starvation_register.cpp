@@ -1,12 +1,14 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "starvation/starvation_cmd.h"
 
 namespace gpuscope {
 
 void register_starvation(CLI::App& app) {
-  auto* o = new StarvationOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
-  auto* scope = new Scope;
+  auto o = std::make_shared<StarvationOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
+  auto scope = std::make_shared<Scope>();
   auto* cmd = app.add_subcommand(
       "starvation", "Threads burning CPU while their process's GPUs sit idle, with stacks (needs `gpuscope bridge`)");
   add_common_flags(cmd, *common);
@@ -32,7 +34,7 @@ void register_starvation(CLI::App& app) {
       "  gpuscope starvation                                # every GPU process, one row per thread per second\n"
       "  gpuscope starvation -p 1234 --collect-ustack --json\n"
       "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
-  add_command(cmd, [=] { return run_starvation(with_shared(*o, *common, scope)); });
+  add_command(cmd, [=] { return run_starvation(with_shared(*o, *common, scope.get())); });
 }
 
 }  // namespace gpuscope

@@ -100,7 +100,7 @@ int run_trace(const TraceOptions& o) {
 }  // namespace
 
 void register_trace(CLI::App& app) {
-  auto* o = new TraceOptions;  // lives as long as the program
+  auto o = std::make_shared<TraceOptions>();  // held by the command registry until exit
   auto* cmd = app.add_subcommand("trace", "Trace CUDA runtime and driver API calls");
   add_common_flags(cmd, o->common);
   add_scope_flags(cmd, o->scope);

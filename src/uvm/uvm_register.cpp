@@ -1,11 +1,13 @@
+#include <memory>
+
 #include "core/cli.h"
 #include "uvm/uvm_cmd.h"
 
 namespace gpuscope {
 
 void register_uvm(CLI::App& app) {
-  auto* o = new UvmOptions;  // these live as long as the program
-  auto* common = new CommonFlags;
+  auto o = std::make_shared<UvmOptions>();  // held by the command registry until exit
+  auto common = std::make_shared<CommonFlags>();
   auto* cmd =
       app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
   add_common_flags(cmd, *common);
