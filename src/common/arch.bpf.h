@@ -7,6 +7,7 @@
  *   gs_arg(ctx, i)            argument i (0-based), register or stack
  *   gs_stack_pointer(ctx)     the stack pointer at entry
  *   gs_return_address(ctx)    where the probed call returns to
+ *   GS_SYSCALL_NR_CORE(regs), GS_NR_*: a syscall's number in its registers, and the numbers
  *   struct gs_args, gs_args_load, gs_arg_at, gs_args_span:
  *                             the registers copied to the stack, then indexed by a runtime
  *                             value (indexing pt_regs itself by one makes clang emit a
@@ -20,6 +21,7 @@
 
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #if defined(__TARGET_ARCH_x86)
 /* x86-64 SysV: integer arguments in rdi rsi rdx rcx r8 r9, then the stack. At entry [sp] is
@@ -27,6 +29,10 @@
 #define GS_ARG_REGS 6
 #define GS_PT_REGS_PARM6(ctx) (__PT_REGS_CAST(ctx)->r9)
 #define GS_STACK_ARGS_OFF 8 /* first stack argument, from sp at entry */
+/* Syscalls (raw_tp/sys_enter, sys_exit): the number, and the numbers gpuscope watches. */
+#define GS_SYSCALL_NR_CORE(regs) BPF_CORE_READ(regs, orig_ax)
+#define GS_NR_IOCTL 16
+#define GS_NR_MMAP 9
 
 static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
 {
@@ -49,6 +55,9 @@ static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 #define GS_PT_REGS_PARM7(ctx) (__PT_REGS_CAST(ctx)->regs[6])
 #define GS_PT_REGS_PARM8(ctx) (__PT_REGS_CAST(ctx)->regs[7])
 #define GS_STACK_ARGS_OFF 0
+#define GS_SYSCALL_NR_CORE(regs) BPF_CORE_READ((const struct user_pt_regs *)(regs), syscallno)
+#define GS_NR_IOCTL 29
+#define GS_NR_MMAP 222
 
 static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
 {

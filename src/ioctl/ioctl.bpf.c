@@ -10,6 +10,7 @@
 #include "common/drops.bpf.h"
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
+#include "common/arch.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -19,8 +20,6 @@ const volatile bool filter_pids = false;
 
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
-#define NR_IOCTL 16 /* x86-64 */
-#define NR_MMAP 9
 
 struct inflight_call {
 	__u64 start_ns;
@@ -222,16 +221,16 @@ int gs_mmap_enter(struct trace_event_raw_sys_enter *ctx)
 }
 
 /* Without tracefs: every syscall, filtered on its number. Syscall arguments live in the
- * user registers (x86-64: di, si, dx, r10, r8, r9). */
+ * user registers (libbpf's PT_REGS_PARM*_CORE_SYSCALL; the number from common/arch.bpf.h). */
 SEC("raw_tp/sys_enter")
 int gs_raw_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
 	long nr = ctx->args[1];
-	if (nr == NR_IOCTL)
-		on_ioctl_enter(BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si));
-	else if (nr == NR_MMAP)
-		on_mmap(BPF_CORE_READ(regs, r8), BPF_CORE_READ(regs, si));
+	if (nr == GS_NR_IOCTL)
+		on_ioctl_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
+	else if (nr == GS_NR_MMAP)
+		on_mmap(PT_REGS_PARM5_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
 	return 0;
 }
 
@@ -239,7 +238,7 @@ SEC("raw_tp/sys_exit")
 int gs_raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-	if (pending > 0 && BPF_CORE_READ(regs, orig_ax) == NR_IOCTL)
+	if (pending > 0 && GS_SYSCALL_NR_CORE(regs) == GS_NR_IOCTL)
 		on_ioctl_exit(ctx->args[1]);
 	return 0;
 }
