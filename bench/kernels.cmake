@@ -13,5 +13,5 @@ foreach(workload launch_loop driver_loop)
             --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcudart.so.13
             --lib ${CMAKE_BINARY_DIR}/tests/fixtures/standin/lib/libcuda.so.1)
   set_tests_properties(bench_smoke_kernels_overhead_${workload} PROPERTIES RUN_SERIAL TRUE TIMEOUT 120
-    PASS_REGULAR_EXPRESSION "added cost, kernels / bare uprobes: +[0-9.]+x")
+    PASS_REGULAR_EXPRESSION "added cost, kernels / bare uprobes: +-?[0-9.]+x")
 endforeach()

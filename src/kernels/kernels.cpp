@@ -1,41 +1,27 @@
+#include "kernels/kernels_collector.h"
+
 #include <bpf/bpf.h>
-#include <cxxabi.h>
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <functional>
-#include <map>
-#include <memory>
 #include <set>
-#include <unordered_set>
+
+#include <fmt/format.h>
 
 #include "common/events.h"
-#include "core/bpf.h"
-#include "core/demangle.h"
 #include "core/cuda_api.h"
-#include "core/event_loop.h"
-#include "core/map_walk.h"
-#include "core/proc_maps.h"
-#include "core/symbolizer.h"
-#include "core/uprobe_session.h"
+#include "core/demangle.h"
 #include "core/elf_symbols.h"
-#include "core/output.h"
+#include "core/map_walk.h"
 #include "core/system.h"
 #include "kernels.skel.h"
 #include "kernels/kernels.h"
-#include "kernels/kernels_cmd.h"
 
 namespace gpuscope {
 
 namespace {
-
-struct SkelDeleter {
-  void operator()(kernels_bpf* s) const { kernels_bpf__destroy(s); }
-};
 
 std::string basename_of(const std::string& p) {
   auto s = p.rfind('/');
@@ -79,64 +65,14 @@ std::string kernel_name(const std::string& sym) {
   return demangle(sym);
 }
 
-// The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab).
-struct HandleVars {
-  std::vector<std::pair<uint64_t, std::string>> vars;  // (vaddr, symbol)
-  uint64_t first_load_vaddr = 0;
-  bool is_exec = false;
-};
-
-struct Name {
-  std::string kernel, module;
-};
-
-using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
-using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
-
-class Kernels {
- public:
-  explicit Kernels(const KernelsOptions& o) : o_(o) {}
-  int run();
-
- private:
-  void open_and_load(UprobeSession& session);
-  void on_event(const gs_k_event& e);
-  const HandleVars& handle_vars(pid_t pid, const MapEntry& m);
-  std::string module_of(pid_t pid, uint64_t addr) { return syms_.module_of(pid, addr); }
-  std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
-  std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
-  void for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
-                           const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
-  void scan_handle_vars(pid_t pid);
-  Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
-  void learn_new_keys();
-  std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
-  void print_rows(const std::map<Key, uint64_t>& now, double secs, bool exited);
-  void interval();
-  void process_exited(uint32_t pid);
-
-  const KernelsOptions& o_;
-  std::unique_ptr<kernels_bpf, SkelDeleter> skel_;
-  std::vector<Link> links_;
-  Writer out_;
-  std::map<PH, Name> names_;          // handles named by the driver, __cudaGetKernel or handle variables
-  std::map<PH, uint64_t> kernel_of_;  // CUfunction from cuKernelGetFunction -> its CUkernel
-  std::map<Key, Name> resolved_;      // rows named for good
-  std::map<Key, Name> guessed_;       // rows still unknown: retried each interval
-  std::map<Key, uint64_t> callers_;
-  std::map<Key, uint64_t> prev_;
-  std::map<uint32_t, std::string> comms_;
-  Symbolizer syms_;
-  std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
-  std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
-  std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
-};
+}  // namespace
 
 // One launch program per launch kind, so that the kind is a constant in BPF; the namers and
 // capture calls share theirs (the row, the cookie, says which).
-void Kernels::open_and_load(UprobeSession& session) {
+KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
+    : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
   bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
-    set_comm_filter(skel->rodata, o_.comm);
+    set_comm_filter(skel->rodata, cfg_.comm);
     auto& p = skel->progs;
     return std::vector<bpf_program*>{p.gs_k_cuda_launch,  p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,  p.gs_k_cu_launch,
                                      p.gs_k_cu_launch_ex, p.gs_k_cu_graph,       p.gs_k_launch_exit, p.gs_k_capture,
@@ -166,9 +102,32 @@ void Kernels::open_and_load(UprobeSession& session) {
       {p.gs_k_name_exit, true, namers},
   };
   session.add(std::move(probes), multi);
+  if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
+    links_.emplace_back(l);
+  else
+    exit_hook_error_ = strerror(errno);
+  rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t sz) {
+    if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
+  });
 }
 
-const HandleVars& Kernels::handle_vars(pid_t pid, const MapEntry& m) {
+KernelsCollector::~KernelsCollector() = default;
+
+bool KernelRow::graph() const { return layer == GS_K_GRAPH; }
+
+void KernelsCollector::start(const UprobeSession& session) {
+  // Processes already running: their handle variables are read now, so that the ELF files
+  // are parsed before counting is announced rather than on their first launch.
+  for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
+}
+
+void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
+
+void KernelsCollector::tick() { learn_new_keys(); }
+
+void KernelsCollector::drain() { rb_->drain(); }
+
+const KernelsCollector::HandleVars& KernelsCollector::handle_vars(pid_t pid, const MapEntry& m) {
   auto [it, fresh] = handle_vars_.try_emplace({m.dev, m.ino});
   if (!fresh) return it->second;
   try {
@@ -181,7 +140,7 @@ const HandleVars& Kernels::handle_vars(pid_t pid, const MapEntry& m) {
   return it->second;
 }
 
-std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
+std::optional<KernelsCollector::Name> KernelsCollector::symbolize(pid_t pid, uint64_t addr, bool exact) {
   auto s = syms_.symbol_at(pid, addr);
   if (!s || (exact && s->offset != 0)) return std::nullopt;
   return Name{kernel_name(s->raw), s->module};
@@ -189,7 +148,7 @@ std::optional<Name> Kernels::symbolize(pid_t pid, uint64_t addr, bool exact) {
 
 // Every nvcc handle variable of every file the process maps, at its address in the process
 // (handle variables live in .bss, often outside any file mapping, hence the load bias).
-void Kernels::for_each_handle_var(
+void KernelsCollector::for_each_handle_var(
     pid_t pid, const std::vector<MapEntry>& maps,
     const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
   std::set<std::pair<dev_t, ino_t>> seen;
@@ -206,7 +165,7 @@ void Kernels::for_each_handle_var(
   }
 }
 
-std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
+std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
   for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
     if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path)};
@@ -216,7 +175,7 @@ std::optional<Name> Kernels::handle_var_name(pid_t pid, uint64_t addr) {
 
 // Processes that were running before gpuscope: their __cudaGetKernel calls are over, but
 // each stub keeps the handle it got in a static variable that .symtab names.
-void Kernels::scan_handle_vars(pid_t pid) {
+void KernelsCollector::scan_handle_vars(pid_t pid) {
   auto now = std::chrono::steady_clock::now();
   auto [it, fresh] = var_scans_.try_emplace(pid, now);
   if (!fresh && now - it->second < std::chrono::seconds(2)) return;
@@ -233,7 +192,7 @@ void Kernels::scan_handle_vars(pid_t pid) {
   close(mem);
 }
 
-Name Kernels::resolve(const Key& k, uint64_t caller, bool may_scan) {
+KernelsCollector::Name KernelsCollector::resolve(const Key& k, uint64_t caller, bool may_scan) {
   auto [pid, layer, handle] = k;
   if (layer == GS_K_GRAPH) return {fmt::format("[graph 0x{:x}]", handle), module_of(pid, caller)};
   auto lookup = [&](uint64_t h) -> const Name* {
@@ -267,7 +226,7 @@ Name Kernels::resolve(const Key& k, uint64_t caller, bool may_scan) {
   return {"[unknown " + mod + "]", mod};
 }
 
-void Kernels::on_event(const gs_k_event& e) {
+void KernelsCollector::on_event(const gs_k_event& e) {
   pid_t pid = static_cast<pid_t>(e.pid);
   if (e.type == GS_K_EV_EXIT) {
     if (comms_[e.pid].empty()) comms_[e.pid] = std::string(e.name, strnlen(e.name, GS_COMM_LEN));
@@ -298,7 +257,7 @@ void Kernels::on_event(const gs_k_event& e) {
   }
 }
 
-std::map<Key, uint64_t> Kernels::read_counts(std::optional<uint32_t> only) {
+std::map<KernelsCollector::Key, uint64_t> KernelsCollector::read_counts(std::optional<uint32_t> only) {
   std::map<Key, uint64_t> r;
   for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
     if (only && key.pid != *only) return;
@@ -311,7 +270,7 @@ std::map<Key, uint64_t> Kernels::read_counts(std::optional<uint32_t> only) {
 
 // New rows are named while their process still runs: a short-lived one may be gone by the
 // next interval, and with it its maps.
-void Kernels::learn_new_keys() {
+void KernelsCollector::learn_new_keys() {
   std::vector<Key> fresh;
   for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
     Key k{key.pid, key.layer, key.handle};
@@ -326,63 +285,20 @@ void Kernels::learn_new_keys() {
   }
 }
 
-void Kernels::print_rows(const std::map<Key, uint64_t>& now, double secs, bool exited) {
-  struct Row {
-    uint32_t pid;
-    Name name;
-    uint64_t launches = 0, delta = 0;
-  };
-  std::map<std::tuple<uint32_t, std::string, std::string>, Row> rows;
-  for (auto& [k, cum] : now) {
+std::vector<KernelRow> KernelsCollector::rows_of(const std::map<Key, uint64_t>& counts) {
+  std::vector<KernelRow> rows;
+  rows.reserve(counts.size());
+  for (auto& [k, cum] : counts) {
+    auto [pid, layer, handle] = k;
     auto it = resolved_.find(k);
     Name nm = it != resolved_.end() ? it->second : guessed_.count(k) ? guessed_[k] : Name{"[unknown ?]", "?"};
-    auto& r = rows[{std::get<0>(k), nm.kernel, nm.module}];
-    r.pid = std::get<0>(k);
-    r.name = nm;
-    r.launches += cum;
-    r.delta += cum - (prev_.count(k) ? prev_[k] : 0);
+    rows.push_back({pid, comms_[pid], layer, handle, std::move(nm.kernel), std::move(nm.module), cum});
   }
-  std::vector<Row> v;
-  for (auto& [_, r] : rows) v.push_back(r);
-  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
-  if (o_.top && v.size() > o_.top && !exited) v.resize(o_.top);
-  auto it = std::back_inserter(out_.buf());
-  // One realtime stamp per block, so that JSON readers can tell the intervals apart.
-  timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
-  static const Table table(
-      {{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
-  if (!o_.json && !exited) {
-    time_t t = time(nullptr);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
-    fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows.size());
-    table.header(out_.buf());
-  }
-  for (auto& r : v) {
-    double rate = secs > 0 ? r.delta / secs : 0;
-    const std::string& comm = comms_[r.pid];
-    if (o_.json) {
-      JsonLine j(out_.buf());
-      j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", r.name.kernel);
-      j.str("module", r.name.module).num("launches", r.launches);
-      if (exited) j.boolean("exited", true);
-      j.real("rate", rate, 1).end();
-    } else {
-      table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
-                             exited ? "exited" : fmt::format("{:.1f}", rate), r.name.kernel, r.name.module});
-    }
-  }
-  out_.flush();
+  return rows;
 }
 
-void Kernels::interval() {
+std::vector<KernelRow> KernelsCollector::snapshot() {
   learn_new_keys();
-  auto now_t = std::chrono::steady_clock::now();
-  double secs = std::chrono::duration<double>(now_t - last_print_).count();
-  last_print_ = now_t;
   // Unknown rows get another chance from names learned since, without rescanning the
   // process: that is for new rows, and would stall every refresh.
   for (auto it = guessed_.begin(); it != guessed_.end();) {
@@ -395,21 +311,18 @@ void Kernels::interval() {
       it = guessed_.erase(it);
     }
   }
-  auto now = read_counts();
-  print_rows(now, secs, false);
-  prev_ = std::move(now);
+  return rows_of(read_counts());
 }
 
-void Kernels::process_exited(uint32_t pid) {
+void KernelsCollector::process_exited(uint32_t pid) {
   learn_new_keys();
-  auto rows = read_counts(pid);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_print_).count();
-  if (!rows.empty()) print_rows(rows, secs, true);
+  auto counts = read_counts(pid);
+  if (exit_sink_) exit_sink_(pid, rows_of(counts));
   int fd = bpf_map__fd(skel_->maps.counts);
-  for (auto& [k, _] : rows) {
+  for (auto& [k, _] : counts) {
     gs_k_key key{std::get<0>(k), std::get<1>(k), std::get<2>(k)};
     bpf_map_delete_elem(fd, &key);
-    prev_.erase(k), resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
+    resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
   }
   int afd = bpf_map__fd(skel_->maps.aliases);
   std::vector<gs_k_alias_key> dead;
@@ -424,57 +337,10 @@ void Kernels::process_exited(uint32_t pid) {
   comms_.erase(pid);
 }
 
-int Kernels::run() {
-  Scope scope{o_.pids, o_.comm, o_.libs};
-  scope.validate();
-  require_bpf_privileges();
-  set_libbpf_verbose(o_.verbose);
-  UprobeSession session(scope, o_.verbose);
-  open_and_load(session);
-  bool exits = true;
-  if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
-    links_.emplace_back(l);
-  else
-    exits = false, fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", strerror(errno));
-  session.start();
-  // Processes already running: their handle variables are read now, so that the ELF files
-  // are parsed before counting is announced rather than on their first launch.
-  for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
-  RingBuffer rb(bpf_map__fd(skel_->maps.events), [&](const void* d, size_t sz) {
-    if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
-  });
-
-  EventLoop loop(o_.duration_s);
-  loop.watch(rb);
-  session.watch(loop);
-  loop.after_wakeup([this] { learn_new_keys(); });
-  loop.every(o_.interval_s, [this] { interval(); });
-  auto st = session.stats();
-  fprintf(stderr,
-          "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
-          st.probes, st.objects, exits ? "" : " (exits not seen)", o_.interval_s);
-  loop.run();
-  rb.drain();
-  session.detach();
-  rb.drain();
-  interval();
-  uint64_t full = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_ROWS_FULL);
-  uint64_t captured = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_CAPTURED);
-  uint64_t lost = percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_EVENTS) +
-                  percpu_sum(bpf_map__fd(skel_->maps.drops), GS_K_DROP_NO_STATE);
-  if (full || captured || lost)
-    fprintf(stderr,
-            "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
-            "events lost\n",
-            (unsigned long long)full, (unsigned long long)captured, (unsigned long long)lost);
-  return 0;
-}
-
-}  // namespace
-
-int run_kernels(const KernelsOptions& opts) {
-  Kernels k(opts);
-  return k.run();
+KernelsCollector::Stats KernelsCollector::stats() const {
+  int fd = bpf_map__fd(skel_->maps.drops);
+  return {percpu_sum(fd, GS_K_DROP_ROWS_FULL), percpu_sum(fd, GS_K_DROP_CAPTURED),
+          percpu_sum(fd, GS_K_DROP_EVENTS) + percpu_sum(fd, GS_K_DROP_NO_STATE)};
 }
 
 }  // namespace gpuscope

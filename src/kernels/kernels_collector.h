@@ -1,0 +1,115 @@
+#pragma once
+// The kernels collector: launches counted in BPF per (process, layer, handle), each row named
+// here (driver names, __cudaGetKernel, nvcc handle variables, symbols) while its process
+// lives. kernels.h holds the layouts shared with kernels.bpf.c; this header is userspace only.
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/bpf.h"
+#include "core/event_loop.h"
+#include "core/proc_maps.h"
+#include "core/symbolizer.h"
+#include "core/uprobe_session.h"
+
+struct kernels_bpf;
+struct gs_k_event;
+
+namespace gpuscope {
+
+// One counted row: the launches of one handle in one process.
+struct KernelRow {
+  uint32_t pid = 0;
+  std::string comm;
+  uint32_t layer = 0;     // enum gs_k_layer (kernels.h): GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH
+  uint64_t handle = 0;    // what was launched: function, kernel or graph exec handle
+  std::string kernel;     // demangled kernel name, "[graph 0x…]", or "[unknown MODULE]"
+  std::string module;     // file name of the module the kernel is in (or the launch came from)
+  uint64_t launches = 0;  // cumulative since the row appeared
+  bool graph() const;
+};
+
+class KernelsCollector {
+ public:
+  struct Config {
+    std::string comm;
+  };
+  struct Stats {
+    uint64_t rows_full = 0;  // launches not counted: row map full
+    uint64_t captured = 0;   // launches recorded in stream capture (counted when the graph runs)
+    uint64_t lost = 0;       // naming and exit events lost (ring buffer full or no per-thread state)
+  };
+  // A process has exited: its final rows (possibly none). Its state is deleted after.
+  using ExitSink = std::function<void(uint32_t pid, const std::vector<KernelRow>& rows)>;
+
+  // Loads the programs, hands them to the session and attaches the exit hook.
+  KernelsCollector(UprobeSession& session, Config cfg);
+  ~KernelsCollector();
+  // Whether exits are seen; when not, why (exited processes keep their rows).
+  bool exits_hooked() const { return exit_hook_error_.empty(); }
+  const std::string& exit_hook_error() const { return exit_hook_error_; }
+  void on_exit(ExitSink sink) { exit_sink_ = std::move(sink); }
+  // After session.start(): reads the handle variables of the processes already running.
+  void start(const UprobeSession& session);
+  // The naming and exit events.
+  void watch(EventLoop& loop);
+  // After each wake-up: names rows new since, while their process still runs.
+  void tick();
+  void drain();
+  // Every current row, named (unknown rows are tried again), in (pid, layer, handle) order.
+  std::vector<KernelRow> snapshot();
+  Stats stats() const;
+
+ private:
+  // The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab).
+  struct HandleVars {
+    std::vector<std::pair<uint64_t, std::string>> vars;  // (vaddr, symbol)
+    uint64_t first_load_vaddr = 0;
+    bool is_exec = false;
+  };
+  struct Name {
+    std::string kernel, module;
+  };
+  using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
+  using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
+
+  void on_event(const gs_k_event& e);
+  const HandleVars& handle_vars(pid_t pid, const MapEntry& m);
+  std::string module_of(pid_t pid, uint64_t addr) { return syms_.module_of(pid, addr); }
+  std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
+  std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
+  void for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
+                           const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
+  void scan_handle_vars(pid_t pid);
+  Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
+  void learn_new_keys();
+  std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
+  std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
+  void process_exited(uint32_t pid);
+
+  Config cfg_;
+  std::unique_ptr<kernels_bpf, void (*)(kernels_bpf*)> skel_;
+  std::vector<Link> links_;
+  std::unique_ptr<RingBuffer> rb_;
+  std::string exit_hook_error_;
+  ExitSink exit_sink_;
+  std::map<PH, Name> names_;          // handles named by the driver, __cudaGetKernel or handle variables
+  std::map<PH, uint64_t> kernel_of_;  // CUfunction from cuKernelGetFunction -> its CUkernel
+  std::map<Key, Name> resolved_;      // rows named for good
+  std::map<Key, Name> guessed_;       // rows still unknown: retried each snapshot
+  std::map<Key, uint64_t> callers_;
+  std::map<uint32_t, std::string> comms_;
+  Symbolizer syms_;
+  std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
+  std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
+};
+
+}  // namespace gpuscope

@@ -1,0 +1,169 @@
+// gpuscope latency: the command and its views (bcc-style text histograms, JSON lines).
+#include <memory>
+#include <time.h>
+
+#include <cstdio>
+
+#include "core/cli.h"
+#include "core/cuda_api.h"
+#include "core/event_loop.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "latency/histogram.h"
+#include "latency/latency_collector.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct LatencyOptions {
+  CommonFlags common;
+  Scope scope;
+  std::vector<std::string> apis{
+      "cudaMalloc",     "cudaFree",     "cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+      "cuLaunchKernel", "cuMemAlloc_v2"};
+  bool per_process = false;
+  double interval_s = 0;  // 0: print once, at the end
+};
+
+// Processes that have exited since keep their histogram but lose their name.
+std::string comm_suffix(pid_t pid) {
+  std::string c = proc_comm(pid);
+  return c.empty() ? "" : " (" + c + ")";
+}
+
+// The latency view: what was counted since the previous print, from two cumulative snapshots.
+class LatencyView {
+ public:
+  explicit LatencyView(const LatencyOptions& o) : o_(o) {}
+  void print(const LatencySnapshot& now, bool final, const LatencyCollector::Stats* stats);
+
+ private:
+  const LatencyOptions& o_;
+  Writer out_;
+  LatencySnapshot prev_;
+};
+
+void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCollector::Stats* stats) {
+  auto it = std::back_inserter(out_.buf());
+  bool any = false;
+  if (!o_.common.json && o_.interval_s > 0) {
+    time_t t = time(nullptr);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    fmt::format_to(it, "{:02}:{:02}:{:02}\n", tm.tm_hour, tm.tm_min, tm.tm_sec);
+  }
+  auto prev_row = [&](const LatencySnapshot::Key& key) -> const LatencyRow* {
+    auto p = prev_.rows.find(key);
+    return p == prev_.rows.end() ? nullptr : &p->second;
+  };
+  auto ret_delta = [](const LatencyRow* old, int32_t ret, uint64_t n) {
+    if (!old) return n;
+    auto r = old->rets.find(ret);
+    return n - (r == old->rets.end() ? 0 : r->second);
+  };
+  for (auto& [key, row] : now.rows) {
+    LatencyStats s;
+    const LatencyRow* old = prev_row(key);
+    for (unsigned b = 0; b < kLatBuckets; b++) s.buckets[b] = row.buckets[b] - (old ? old->buckets[b] : 0);
+    if (s.count() == 0) continue;
+    s.max_ns = row.max_ns;
+    any = true;
+    auto [pid, api] = key;
+    if (o_.common.json) {
+      JsonLine j(out_.buf());
+      j.str("type", "latency");
+      if (o_.per_process) j.num("pid", pid);
+      j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
+      unsigned first = kLatBuckets, last = 0;
+      for (unsigned i = 0; i < kLatBuckets; i++)
+        if (s.buckets[i]) first = std::min(first, i), last = i;
+      j.begin_array("buckets");
+      for (unsigned i = first; i <= last; i++)
+        j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
+      j.end_array();
+      j.num("count", s.count())
+          .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))
+          .num("p95_ns", static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)))
+          .num("p99_ns", static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)))
+          .num("max_ns", s.max_ns)
+          .end();
+    } else {
+      std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
+                                      o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");
+      render_histogram(out_.buf(), title, s);
+      fmt::format_to(it, "  return codes:\n");
+      for (auto& [ret, n] : row.rets)
+        if (uint64_t d = ret_delta(old, ret, n)) fmt::format_to(it, "    {:<40} {}\n", latency_ret_name(api, ret), d);
+      fmt::format_to(it, "\n");
+    }
+  }
+  if (o_.common.json) {
+    for (auto& [key, row] : now.rows) {
+      auto [pid, api] = key;
+      const LatencyRow* old = prev_row(key);
+      for (auto& [ret, n] : row.rets) {
+        uint64_t d = ret_delta(old, ret, n);
+        if (!d) continue;
+        JsonLine j(out_.buf());
+        j.str("type", "errors");
+        if (o_.per_process) j.num("pid", pid);
+        j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", latency_ret_name(api, ret)).num("count", d);
+        j.end();
+      }
+    }
+  }
+  if (!any && !o_.common.json && (final || o_.interval_s > 0)) fmt::format_to(it, "no calls of the selected APIs\n\n");
+  if (stats && (stats->untimed_no_state || stats->uncounted_hist_full))
+    fprintf(stderr, "gpuscope: %llu calls not timed (no per-thread state), %llu not counted (histogram map full)\n",
+            (unsigned long long)stats->untimed_no_state, (unsigned long long)stats->uncounted_hist_full);
+  prev_ = now;
+  out_.flush();
+}
+
+int run_latency(const LatencyOptions& o) {
+  std::vector<bool> apis = select_apis(o.apis, "all");
+  o.scope.validate();
+  require_bpf_privileges();
+  set_libbpf_verbose(o.common.verbose);
+  UprobeSession session(o.scope, o.common.verbose);
+  LatencyCollector latency(session, {apis, o.per_process, o.scope.comm});
+  LatencyView view(o);
+  session.start();
+  EventLoop loop(o.common.duration_s);
+  session.watch(loop);
+  if (o.interval_s > 0) loop.every(o.interval_s, [&] { view.print(latency.snapshot(), false, nullptr); });
+  auto st = session.stats();
+  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects; %s. Ctrl-C to end.\n", st.probes, st.objects,
+          o.interval_s > 0 ? fmt::format("printing every {} s", o.interval_s).c_str() : "printing at the end");
+  loop.run();
+  session.detach();
+  auto stats = latency.stats();
+  view.print(latency.snapshot(), true, &stats);
+  return 0;
+}
+
+}  // namespace
+
+void register_latency(CLI::App& app) {
+  auto o = std::make_shared<LatencyOptions>();  // held by the command registry until exit
+  auto* cmd =
+      app.add_subcommand("latency", "Histograms of CUDA API call latency and return-code counts, aggregated in BPF");
+  add_common_flags(cmd, o->common);
+  add_scope_flags(cmd, o->scope);
+  cmd->add_option("--api", o->apis,
+                  "APIs to time (comma-separated; default cudaMalloc,cudaFree,cudaMemcpy,"
+                  "cudaStreamSynchronize,cudaDeviceSynchronize,cuLaunchKernel,cuMemAlloc_v2)")
+      ->delimiter(',');
+  cmd->add_flag("--per-process", o->per_process, "One histogram per process");
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01,
+             86400);
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope latency -d 10                       # default APIs, host-wide, printed at the end\n"
+      "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
+      "  gpuscope latency -p 1234 --json");
+  add_command(cmd, [o] { return run_latency(*o); });
+}
+
+}  // namespace gpuscope
