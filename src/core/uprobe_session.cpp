@@ -137,7 +137,8 @@ bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
     via = obj.alternates[i].first;
     n = attach_through(obj, obj.alternates[i].second, &err);
   }
-  if (verbose_ || (n == 0 && !err.empty()))
+  // A --lib that fails is reported once, by the UsageError below.
+  if (verbose_ || (n == 0 && !err.empty() && !from_lib))
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), via, n,
             err.empty() ? "" : ", attach failed: ", err.c_str());
   if (n == 0) {
