@@ -1,6 +1,7 @@
 #include "core/uprobe_session.h"
 
 #include <bpf/bpf.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -100,6 +101,7 @@ bool UprobeSession::wanted(std::string_view sym) const {
 
 size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& path, std::string* err) {
   size_t attached = 0;
+  const size_t first_link = links_.size(), failures_before = stats_.attach_failures;
   const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
   for (auto& c : clients_)
     for (auto& p : c.probes) {
@@ -116,6 +118,13 @@ size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& p
         if (!tally.err.empty()) *err = tally.err;
       }
     }
+  // The process that lent its path exited part way through (say, entry probes attached, exit
+  // probes not): a half-probed object would keep entries without exits for good, so what was
+  // attached is undone, and the object is attached whole through another path or a later scan.
+  if (attached > 0 && stats_.attach_failures > failures_before && access(path.c_str(), F_OK) != 0) {
+    links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(first_link), links_.end());
+    attached = 0;
+  }
   return attached;
 }
 
@@ -137,7 +146,8 @@ bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
     via = obj.alternates[i].first;
     n = attach_through(obj, obj.alternates[i].second, &err);
   }
-  if (verbose_ || (n == 0 && !err.empty()))
+  // A --lib that fails is reported once, by the UsageError below.
+  if (verbose_ || (n == 0 && !err.empty() && !from_lib))
     fprintf(stderr, "gpuscope: %s (pid %d): %zu probe sites%s%s\n", obj.path.c_str(), via, n,
             err.empty() ? "" : ", attach failed: ", err.c_str());
   if (n == 0) {
