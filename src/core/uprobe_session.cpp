@@ -139,12 +139,14 @@ bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
     return true;
   }
   std::string err;
-  size_t n = attach_through(obj, obj.open_path, &err);
+  std::string path = obj.open_path;
+  size_t n = attach_through(obj, path, &err);
   pid_t via = obj.seen_in;
   for (size_t i = 0; n == 0 && i < obj.alternates.size(); i++) {
     stats_.attach_retries++;
     via = obj.alternates[i].first;
-    n = attach_through(obj, obj.alternates[i].second, &err);
+    path = obj.alternates[i].second;
+    n = attach_through(obj, path, &err);
   }
   // A --lib that fails is reported once, by the UsageError below.
   if (verbose_ || (n == 0 && !err.empty() && !from_lib))
@@ -152,6 +154,13 @@ bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
             err.empty() ? "" : ", attach failed: ", err.c_str());
   if (n == 0) {
     if (from_lib) throw UsageError("--lib " + obj.path + ": no probe could be attached (" + err + ")");
+    // Every process that lent a path has gone (short-lived ones, or a slow attach): that says
+    // nothing against the file, which the next process mapping it offers again. Only failures
+    // with the file still reachable count towards giving it up.
+    if (access(path.c_str(), F_OK) != 0) {
+      stats_.attach_retries++;
+      return false;
+    }
     if (!disc_->attach_failed(obj)) stats_.objects_given_up++;
     return false;
   }

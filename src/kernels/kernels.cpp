@@ -299,9 +299,19 @@ std::vector<KernelRow> KernelsCollector::rows_of(const std::map<Key, uint64_t>& 
 
 std::vector<KernelRow> KernelsCollector::snapshot() {
   learn_new_keys();
-  // Unknown rows get another chance from names learned since, without rescanning the
-  // process: that is for new rows, and would stall every refresh.
+  retry_unknown();
+  return rows_of(read_counts());
+}
+
+// Unknown rows get another chance from names learned since, without rescanning the process:
+// that is for new rows, and would stall every refresh. A row counted before its naming call's
+// event was read is named here.
+void KernelsCollector::retry_unknown(std::optional<uint32_t> only) {
   for (auto it = guessed_.begin(); it != guessed_.end();) {
+    if (only && std::get<0>(it->first) != *only) {
+      ++it;
+      continue;
+    }
     Name nm = resolve(it->first, callers_[it->first], false);
     if (nm.kernel.starts_with("[unknown")) {
       it->second = nm.module == "?" ? it->second : nm;
@@ -311,11 +321,11 @@ std::vector<KernelRow> KernelsCollector::snapshot() {
       it = guessed_.erase(it);
     }
   }
-  return rows_of(read_counts());
 }
 
 void KernelsCollector::process_exited(uint32_t pid) {
   learn_new_keys();
+  retry_unknown(pid);
   auto counts = read_counts(pid);
   if (exit_sink_) exit_sink_(pid, rows_of(counts));
   int fd = bpf_map__fd(skel_->maps.counts);

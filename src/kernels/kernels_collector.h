@@ -91,6 +91,7 @@ class KernelsCollector {
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
   void learn_new_keys();
+  void retry_unknown(std::optional<uint32_t> only = {});
   std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
   void process_exited(uint32_t pid);
