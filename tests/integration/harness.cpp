@@ -12,6 +12,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include <bpf/bpf.h>
+#include <dirent.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
 namespace gstest {
 
 static std::string slurp(const std::string& path) {
@@ -173,5 +180,40 @@ std::string standin_lib_dir() { return STANDIN_LIB_DIR; }
 std::string calls_shared() { return CUDA_FIXTURE_DIR "/calls_shared"; }
 std::string calls_static() { return CUDA_FIXTURE_DIR "/calls_static"; }
 std::string cuda_runtime_lib() { return CUDA_RUNTIME_LIB; }
+
+std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder) {
+  std::map<std::string, std::vector<uint32_t>> out;
+  std::string dir = "/proc/" + std::to_string(holder) + "/fdinfo";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  std::set<uint32_t> ids;
+  while (dirent* e = readdir(d)) {
+    std::ifstream f(dir + "/" + e->d_name);
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("map_id:", 0) == 0) ids.insert(static_cast<uint32_t>(std::stoul(line.substr(7))));
+  }
+  closedir(d);
+  for (uint32_t id : ids) {
+    int fd = bpf_map_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+        (info.type == BPF_MAP_TYPE_HASH || info.type == BPF_MAP_TYPE_LRU_HASH) && info.key_size >= 4) {
+      auto& v = out[info.name];
+      std::vector<uint8_t> key(info.key_size), next(info.key_size);
+      const void* cur = nullptr;
+      while (bpf_map_get_next_key(fd, cur, next.data()) == 0) {
+        uint32_t pid;
+        memcpy(&pid, next.data(), 4);
+        v.push_back(pid);
+        key = next;
+        cur = key.data();
+      }
+    }
+    close(fd);
+  }
+  return out;
+}
 
 }  // namespace gstest

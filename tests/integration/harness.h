@@ -3,6 +3,8 @@
 #include <sys/types.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,9 @@ std::vector<json> select(const std::vector<json>& ev, pid_t pid, const std::stri
                          const std::string& layer = "");
 // Parses "ready pid=N" from a workload's stdout.
 pid_t ready_pid(Process& p);
-std::string bpf_state();  // bpftool prog + link listing and /sys/fs/bpf contents
+std::string bpf_state();
+// Keys of every BPF hash map `holder` holds (found through /proc/PID/fdinfo), by map name, read
+// as the u32 every per-process key of gpuscope begins with: its pid.
+std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder);  // bpftool prog + link listing and /sys/fs/bpf contents
 
 }  // namespace gstest
