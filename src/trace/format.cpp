@@ -28,6 +28,7 @@ void normalize_event(gs_call_event& e) {
     if (d.graph) f |= GS_F_GRAPH;
     if (d.handle) f |= GS_F_HANDLE;
     if (d.device) f |= GS_F_DEVICE;
+    if (d.func) f |= GS_F_FUNC;
     if (d.special >= GS_SP_RT_LAUNCH && d.special <= GS_SP_CU_LAUNCH_EX)
       f |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM | (e.fields & (GS_F_CLUSTER | GS_F_CAPTURED));
     e.fields = f;
