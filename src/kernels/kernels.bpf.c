@@ -253,7 +253,11 @@ int gs_k_name_exit(struct pt_regs *ctx)
 		return 0;
 	}
 	e->type = GS_K_EV_NAME;
-	e->pid = bpf_get_current_pid_tgid() >> 32;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	e->pid = pid;
+	/* Its names are forgotten when it exits. */
+	__u8 one = 1;
+	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
 	e->namer = namer;
 	e->pad = 0;
 	e->handle = 0;

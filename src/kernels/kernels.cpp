@@ -136,14 +136,18 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
   });
   auto namers = apis_with_role(GS_ROLE_NAMER);
   std::vector<SiteProbe> probes{
+      {p.gs_k_name_enter, false, namers},
+      {p.gs_k_name_exit, true, namers},
+  };
+  if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
+  std::vector<SiteProbe> counting{
       {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
       {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
       {p.gs_k_cu_graph, false, graph(GS_LAYER_DRIVER)},
       {p.gs_k_cu_host_func, false, launch(GS_SP_HOST_FUNC, GS_LAYER_DRIVER)},
       {p.gs_k_capture, false, apis_with_role(GS_ROLE_CAPTURE)},
-      {p.gs_k_name_enter, false, namers},
-      {p.gs_k_name_exit, true, namers},
   };
+  if (!cfg_.naming_only) probes.insert(probes.end(), counting.begin(), counting.end());
   if (!driver_only_) {
     probes.push_back({p.gs_k_cuda_launch, false, launch(GS_SP_RT_LAUNCH)});
     probes.push_back({p.gs_k_cuda_launch_ex, false, launch(GS_SP_RT_LAUNCH_EX)});
@@ -165,15 +169,30 @@ KernelsCollector::~KernelsCollector() = default;
 
 bool KernelRow::graph() const { return layer == GS_K_GRAPH; }
 
-void KernelsCollector::start(const UprobeSession& session) {
+void KernelsCollector::start(UprobeSession& session) {
   // Processes already running: their handle variables are read now, so that the ELF files
   // are parsed before counting is announced rather than on their first launch.
   for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
+  if (!cfg_.naming_only) return;
+  // trace reads its events in batches, often after a short-lived process has gone: its
+  // mappings are read while it runs, so that host functions and stubs still resolve.
+  for (pid_t pid : session.initial_pids()) syms_.snapshot(pid);
+  session.on_maps_changed([this](pid_t pid) {
+    syms_.forget(pid);
+    syms_.snapshot(pid);
+  });
 }
 
 void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
 
-void KernelsCollector::tick() { learn_new_keys(); }
+void KernelsCollector::tick() {
+  learn_new_keys();
+  auto now = std::chrono::steady_clock::now();
+  while (!forget_at_.empty() && forget_at_.front().second <= now) {
+    forget(forget_at_.front().first);
+    forget_at_.pop_front();
+  }
+}
 
 void KernelsCollector::drain() { rb_->drain(); }
 
@@ -383,6 +402,11 @@ void KernelsCollector::retry_unknown(std::optional<uint32_t> only) {
 }
 
 void KernelsCollector::process_exited(uint32_t pid) {
+  if (cfg_.naming_only) {
+    // Its last launches may still be queued in trace's ring buffer.
+    forget_at_.emplace_back(pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    return;
+  }
   learn_new_keys();
   retry_unknown(pid);
   auto counts = read_counts(pid);
@@ -393,6 +417,10 @@ void KernelsCollector::process_exited(uint32_t pid) {
     bpf_map_delete_elem(fd, &key);
     resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
   }
+  forget(pid);
+}
+
+void KernelsCollector::forget(uint32_t pid) {
   int afd = bpf_map__fd(skel_->maps.aliases);
   std::vector<gs_k_alias_key> dead;
   for_each_entry<gs_k_alias_key, uint64_t>(afd, [&](const gs_k_alias_key& k, uint64_t) {
@@ -400,6 +428,9 @@ void KernelsCollector::process_exited(uint32_t pid) {
   });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
   std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
+  std::erase_if(resolved_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
+  std::erase_if(guessed_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
+  std::erase_if(unknown_until_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
   std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });
   syms_.forget(static_cast<pid_t>(pid));
   var_scans_.erase(static_cast<pid_t>(pid));
@@ -510,6 +541,22 @@ void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::strin
     } else {
       ++it;
     }
+}
+
+std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_function) {
+  Key k{pid, host_function ? GS_K_HOST : GS_K_DRIVER, handle};
+  if (auto it = resolved_.find(k); it != resolved_.end()) return it->second.kernel;
+  auto now = std::chrono::steady_clock::now();
+  if (auto it = unknown_until_.find(k); it != unknown_until_.end() && now < it->second) return "";
+  rb_->drain();  // a naming call just before this launch
+  if (comms_[pid].empty()) comms_[pid] = proc_comm(static_cast<pid_t>(pid));
+  Name nm = resolve(k, 0);
+  if (nm.kernel.starts_with("[unknown") || nm.kernel.starts_with("[host fn 0x")) {
+    unknown_until_[k] = now + std::chrono::seconds(1);
+    return "";
+  }
+  unknown_until_.erase(k);
+  return (resolved_[k] = std::move(nm)).kernel;
 }
 
 KernelsCollector::Stats KernelsCollector::stats() const {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +50,8 @@ class KernelsCollector {
   struct Config {
     std::string comm;
     CountLayer layer = CountLayer::Auto;
+    // Only the naming calls are probed (trace names its launches): nothing is counted.
+    bool naming_only = false;
   };
   struct Stats {
     uint64_t rows_full = 0;  // launches not counted: row map full
@@ -66,7 +69,7 @@ class KernelsCollector {
   const std::string& exit_hook_error() const { return exit_hook_error_; }
   void on_exit(ExitSink sink) { exit_sink_ = std::move(sink); }
   // After session.start(): reads the handle variables of the processes already running.
-  void start(const UprobeSession& session);
+  void start(UprobeSession& session);
   // The naming and exit events.
   void watch(EventLoop& loop);
   // After each wake-up: names rows new since, while their process still runs.
@@ -76,6 +79,9 @@ class KernelsCollector {
   std::vector<KernelRow> snapshot();
   Stats stats() const;
   bool driver_only() const { return driver_only_; }
+  // The kernel a launch's handle names (or the host function), from the same names the
+  // counted rows get; empty while unknown (asked again after a second).
+  std::string name_of(uint32_t pid, uint64_t handle, bool host_function);
   // Why launches are counted where they are: the first line of -v.
   const std::string& layer_reason() const { return layer_reason_; }
   // What -v says once about naming (learned or failed driver layouts); emptied by the call.
@@ -117,6 +123,7 @@ class KernelsCollector {
   std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
   void process_exited(uint32_t pid);
+  void forget(uint32_t pid);  // every name and state of an exited process
   DriverLayout* driver_layout(pid_t pid);
   void learn_layout(pid_t pid, DriverLayout& l);
   std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
@@ -143,6 +150,8 @@ class KernelsCollector {
   std::map<pid_t, std::pair<dev_t, ino_t>> driver_file_;  // the driver library a process maps
   std::set<PH> object_read_;                              // handles read through the layout once
   std::vector<std::string> notes_;
+  std::map<Key, std::chrono::steady_clock::time_point> unknown_until_;                // name_of's misses
+  std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
 };
 
 }  // namespace gpuscope
