@@ -48,25 +48,30 @@ std::string read_user_string(pid_t pid, uint64_t addr, size_t max) {
 // nvcc's host stub `__device_stub__Z12alpha_kernelPf(float*)` and its static handle
 // `_ZZ32__device_stub__Z12alpha_kernelPfPfE8__handle` both carry the kernel's own mangled
 // name after the prefix: show that one, demangled, as CUPTI does.
-std::string kernel_name(const std::string& sym) {
+// The kernel's own mangled name from nvcc's stub or handle-variable symbol; empty when the
+// symbol is not one of those.
+std::string kernel_mangled(const std::string& sym) {
   std::string_view v = sym;
   if (v.starts_with("_ZZ"))
     v.remove_prefix(3);
   else if (v.starts_with("_Z"))
     v.remove_prefix(2);
   else
-    return demangle(sym);
+    return "";
   if (v.starts_with("L")) v.remove_prefix(1);
   size_t len = 0, i = 0;
   while (i < v.size() && isdigit(static_cast<unsigned char>(v[i]))) len = len * 10 + (v[i++] - '0');
   std::string_view id = v.substr(i, len);
   constexpr std::string_view kStub = "__device_stub__";
-  if (id.starts_with(kStub)) {
-    std::string m = "_";
-    m += id.substr(kStub.size());
-    return demangle(m);
-  }
-  return demangle(sym);
+  if (!id.starts_with(kStub)) return "";
+  std::string m = "_";
+  m += id.substr(kStub.size());
+  return m;
+}
+
+std::string kernel_name(const std::string& sym) {
+  std::string m = kernel_mangled(sym);
+  return demangle(m.empty() ? sym : m);
 }
 
 // A kernel's mangled name as the driver keeps it: printable, no spaces, bounded. Anything
@@ -237,7 +242,7 @@ void KernelsCollector::for_each_handle_var(
 std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
   for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
-    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path)};
+    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
   });
   return r;
 }
@@ -256,7 +261,7 @@ void KernelsCollector::scan_handle_vars(pid_t pid) {
     uint64_t h = 0;
     // Demangled only when new: a PyTorch process has tens of thousands of these.
     if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h}))
-      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path)});
+      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)});
   });
   close(mem);
 }
@@ -316,8 +321,8 @@ void KernelsCollector::on_event(const gs_k_event& e) {
         std::string full = read_user_string(pid, e.name_ptr, 4096);
         if (!full.empty()) name = std::move(full);
       }
-      names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
-      check_layout(pid, e.handle, names_[{e.pid, e.handle}].kernel);
+      names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller), false, name};
+      check_layout(pid, e.handle, name);
       break;
     }
     case GS_NAMER_KERNEL_GET_FUNCTION: kernel_of_[{e.pid, e.handle}] = e.src; break;
@@ -330,7 +335,7 @@ void KernelsCollector::on_event(const gs_k_event& e) {
         names_[{e.pid, e.handle}] = *n;
       else
         break;
-      check_layout(pid, e.handle, names_[{e.pid, e.handle}].kernel);
+      check_layout(pid, e.handle, names_[{e.pid, e.handle}].mangled);
       break;
   }
 }
@@ -460,10 +465,12 @@ KernelsCollector::DriverLayout* KernelsCollector::driver_layout(pid_t pid) {
 // Accepts the first offset at which every checked handle (named by its naming call or its
 // handle variable) points at its own name; fails for good when none does.
 void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
+  // Only handles whose exact mangled name is known: a demangled name may be shown in part.
   std::vector<std::pair<uint64_t, const std::string*>> known;
   for (auto it = names_.lower_bound({static_cast<uint32_t>(pid), 0});
        it != names_.end() && it->first.first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
-    if (!it->second.from_driver_object) known.emplace_back(it->first.second, &it->second.kernel);
+    if (!it->second.from_driver_object && !it->second.mangled.empty())
+      known.emplace_back(it->first.second, &it->second.mangled);
   if (known.empty()) {
     if (!l.said_waiting)
       notes_.push_back(
@@ -479,7 +486,7 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
     bool all = true;
     for (auto& [h, name] : known) {
       auto n = object_name(mem, h, off);
-      if (!n || demangle(*n) != *name) {
+      if (!n || *n != *name) {
         all = false;
         break;
       }
@@ -519,18 +526,18 @@ std::optional<KernelsCollector::Name> KernelsCollector::driver_object_name(pid_t
 
 // Each handle named by its naming call checks a learned layout again; one that disagrees
 // withdraws the layout and every name read through it.
-void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::string& kernel) {
+void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::string& mangled) {
   auto f = driver_file_.find(pid);
-  if (f == driver_file_.end()) return;
+  if (f == driver_file_.end() || mangled.empty()) return;
   DriverLayout& l = layouts_[f->second];
   if (l.offset < 0) return;
   int mem = open_mem(pid);
   if (mem < 0) return;
   auto n = object_name(mem, handle, l.offset);
   close(mem);
-  if (n && demangle(*n) == kernel) return;
+  if (n && *n == mangled) return;
   notes_.push_back(fmt::format("kernels: {}'s object for {} does not name it at +{}: names read there are withdrawn",
-                               basename_of(l.lib), kernel, l.offset));
+                               basename_of(l.lib), mangled, l.offset));
   l.offset = -1;
   l.failed = true;
   std::erase_if(names_, [](auto& kv) { return kv.second.from_driver_object; });

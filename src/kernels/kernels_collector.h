@@ -97,6 +97,7 @@ class KernelsCollector {
   struct Name {
     std::string kernel, module;
     bool from_driver_object = false;  // read through the learned driver layout
+    std::string mangled;              // exactly as the driver names it; empty when not known exactly
   };
   // Where the driver's function objects keep a pointer to the kernel's mangled name: the
   // driver's private layout, learned from handles named by their naming calls, per file.
@@ -127,7 +128,7 @@ class KernelsCollector {
   DriverLayout* driver_layout(pid_t pid);
   void learn_layout(pid_t pid, DriverLayout& l);
   std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
-  void check_layout(pid_t pid, uint64_t handle, const std::string& kernel);
+  void check_layout(pid_t pid, uint64_t handle, const std::string& mangled);
 
   Config cfg_;
   std::unique_ptr<kernels_bpf, void (*)(kernels_bpf*)> skel_;
