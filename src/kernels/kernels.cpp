@@ -501,10 +501,24 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
                     basename_of(l.lib), l.offset, known.size()));
   } else {
     l.failed = true;
+    // What the first objects hold, for a user (or a bug report) to see why nothing matched.
+    std::string seen;
+    if (int m = open_mem(pid); m >= 0) {
+      for (size_t i = 0; i < known.size() && i < 2; i++) {
+        seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
+        for (int off = 0; off <= 32; off += 8) {
+          auto n = object_name(m, known[i].first, off);
+          uint64_t v = 0;
+          if (pread(m, &v, sizeof v, static_cast<off_t>(known[i].first + off)) != sizeof v) break;
+          seen += fmt::format(" +{}=0x{:x}{}", off, v, n ? " (" + n->substr(0, 80) + ")" : "");
+        }
+      }
+      close(m);
+    }
     notes_.push_back(
         fmt::format("kernels: {}'s function objects hold no name that matches {} named handles at any "
-                    "offset up to +{}: handles named before gpuscope started stay unknown",
-                    basename_of(l.lib), known.size(), kMaxLayoutOffset));
+                    "offset up to +{}: handles named before gpuscope started stay unknown{}",
+                    basename_of(l.lib), known.size(), kMaxLayoutOffset, seen));
   }
 }
 
