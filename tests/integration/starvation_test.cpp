@@ -305,6 +305,94 @@ TEST(StarvationThread, PythonNamesFromThePerfMapInTheProcessOwnNamespace) {
   kill(host_pid, SIGKILL);
 }
 
+// Lines of a fixture file carrying "# mark:<tag>".
+static std::vector<int> marked_lines(const std::string& file, const std::string& tag) {
+  std::ifstream f(file);
+  std::vector<int> r;
+  int n = 0;
+  for (std::string line; std::getline(f, line);)
+    if (++n, line.find("# mark:" + tag) != std::string::npos) r.push_back(n);
+  return r;
+}
+
+// The host tid of the thread that is ns_tid in host_pid's own pid namespace.
+static int host_tid(int host_pid, int ns_tid) {
+  for (auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", host_pid))) {
+    std::ifstream f(e.path() / "status");
+    for (std::string line; std::getline(f, line);)
+      if (line.starts_with("NSpid:")) {
+        std::istringstream in(line.substr(6));
+        int v = 0, last = 0;
+        while (in >> v) last = v;
+        if (last == ns_tid) return std::stoi(e.path().filename());
+      }
+  }
+  return -1;
+}
+
+// Debian's python3 (3.11, no -X perf, no frame pointers) in its own pid and mount namespaces:
+// the interpreter's frames, read in BPF, name the burner's Python chain in the rows and the
+// folded stacks, innermost first, with file and line.
+TEST(StarvationThread, PythonFramesFromTheInterpreterInItsOwnNamespace) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture fx({"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private",
+              "/usr/bin/python3", script, "60"});
+  ASSERT_EQ(fx.pid(), 1) << "pid 1 of its namespace";
+  std::string children = gpuscope::read_file(fmt::format("/proc/{}/task/{}/children", fx.p->pid(), fx.p->pid()));
+  int host_pid = atoi(children.c_str());
+  ASSERT_GT(host_pid, 1) << children;
+  int burner = host_tid(host_pid, fx.num("burner"));
+  ASSERT_GT(burner, 0);
+  ASSERT_NE(burner, fx.num("burner")) << "the namespace's tids differ from the host's";
+  f.write(standin_for(host_pid));
+  Bridge b(d, f);
+  std::string folded = fmt::format("/tmp/gstest-starv-py-{}.folded", getpid());
+  Starvation s(d, {"--json", "-p", std::to_string(host_pid), "--min-idle-ms", "200", "--collect-ustack", "--folded",
+                   folded, "--sample-hz", "199"});
+  std::this_thread::sleep_for(2500ms);
+  auto rows = s.stop();
+  auto mine = rows_of(rows, burner);
+  ASSERT_FALSE(mine.empty()) << s.p.out() << s.p.err();
+  auto in_lines = [&](const std::string& frame, const std::string& fn, const std::string& tag) {
+    std::string head = "py::" + fn + " (" + script + ":";
+    if (!frame.starts_with(head) || !frame.ends_with(")")) return false;
+    int line = std::stoi(frame.substr(head.size()));
+    auto want = marked_lines(script, tag);
+    return std::find(want.begin(), want.end(), line) != want.end();
+  };
+  int named = 0;
+  for (auto& r : mine) {
+    EXPECT_EQ(r["pid"], host_pid);
+    std::vector<std::string> st = r["ustack"];
+    auto inner = std::find_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::inner_burn ("); });
+    if (inner == st.end()) continue;  // a sample taken before the interpreter was found
+    named++;
+    ASSERT_LE(inner - st.begin() + 3, static_cast<long>(st.size())) << r.dump();
+    EXPECT_TRUE(in_lines(inner[0], "inner_burn", "inner")) << r.dump();
+    EXPECT_TRUE(in_lines(inner[1], "middle", "middle")) << r.dump();
+    EXPECT_TRUE(in_lines(inner[2], "outer", "outer")) << r.dump();
+    EXPECT_TRUE(std::find_if(inner, st.end(), [](auto& x) { return x.starts_with("py::Thread._bootstrap ("); }) !=
+                st.end())
+        << r.dump();
+  }
+  EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+  // The flame graph's stacks run outer to inner: the chain in that order, under the thread.
+  std::ifstream in(folded);
+  uint64_t total = 0, chain = 0;
+  for (std::string line; std::getline(in, line);) {
+    uint64_t w = std::stoull(line.substr(line.rfind(' ') + 1));
+    total += w;
+    auto o = line.find(";py::outer ("), m = line.find(";py::middle ("), i = line.find(";py::inner_burn (");
+    if (o != std::string::npos && m != std::string::npos && i != std::string::npos && o < m && m < i) chain += w;
+  }
+  EXPECT_GE(static_cast<double>(chain), 0.8 * static_cast<double>(total)) << "the chain leads the flame graph";
+  EXPECT_EQ(s.p.err().find("Python chains"), std::string::npos) << "nothing cut or lost: " << s.p.err();
+  unlink(folded.c_str());
+  kill(host_pid, SIGKILL);
+}
+
 // A process starves only when every device it holds memory on is idle: A is on an idle and a
 // busy device, C only on the busy one, B only on the idle one.
 TEST(StarvationVerdict, NoneWhileAnyOfItsDevicesIsBusy) {
