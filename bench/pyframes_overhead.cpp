@@ -4,6 +4,7 @@
 // run-time statistics give each one's nanoseconds per sample; the ratio is the walk's price
 // against the sampler alone, measured in the same run.
 #include <CLI/CLI.hpp>
+#include <bpf/bpf.h>
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bpf.h"
+#include "core/fd.h"
 #include "core/system.h"
 #include "pyframes_bench.skel.h"
 #include "python/pystacks.h"

@@ -89,6 +89,28 @@ static __always_inline __u64 gs_py_read_ptr(__u64 addr)
 	return v;
 }
 
+struct gs_py_thread_walk {
+	__u64 ts;
+	__u64 found;
+	__u32 ns_tid;
+	__u16 next_off, tid_off;
+};
+
+static long gs_py_thread_step(__u64 i, void *arg)
+{
+	struct gs_py_thread_walk *w = arg;
+	__u64 ntid = 0;
+
+	if (!w->ts || bpf_probe_read_user(&ntid, sizeof(ntid), (void *)(w->ts + w->tid_off)))
+		return 1;
+	if ((__u32)ntid == w->ns_tid) {
+		w->found = w->ts;
+		return 1;
+	}
+	w->ts = gs_py_read_ptr(w->ts + w->next_off);
+	return 0;
+}
+
 /* The thread's PyThreadState: remembered per thread after one walk of the interpreter's thread
  * list, and checked on every use (a thread state is freed when its thread ends). A thread that
  * has none (a C++ worker) walks the list again only every 64th time. */
@@ -96,7 +118,8 @@ static __always_inline __u64 gs_py_tstate_of(struct gs_py_proc *pp, __u32 pid, _
 {
 	struct gs_py_tstate *c = bpf_map_lookup_elem(&gs_py_tstates, &tid);
 	struct gs_py_tstate fresh = {.pid = pid};
-	__u64 ts, ntid;
+	struct gs_py_thread_walk w = {.ns_tid = ns_tid, .next_off = pp->tstate_next,
+				      .tid_off = pp->tstate_native_thread_id};
 
 	if (c && c->pid == pid) {
 		if (!c->addr && (++c->pad & 63))
@@ -104,18 +127,11 @@ static __always_inline __u64 gs_py_tstate_of(struct gs_py_proc *pp, __u32 pid, _
 		if (c->addr && gs_py_read_ptr(c->addr + pp->tstate_native_thread_id) == ns_tid)
 			return c->addr;
 	}
-	ts = gs_py_read_ptr(pp->interp_head_addr);
-	if (ts)
-		ts = gs_py_read_ptr(ts + pp->interp_threads_head);
-	for (int i = 0; i < GS_PY_MAX_THREADS && ts; i++) {
-		if (bpf_probe_read_user(&ntid, sizeof(ntid), (void *)(ts + pp->tstate_native_thread_id)))
-			break;
-		if ((__u32)ntid == ns_tid) {
-			fresh.addr = ts;
-			break;
-		}
-		ts = gs_py_read_ptr(ts + pp->tstate_next);
-	}
+	w.ts = gs_py_read_ptr(pp->interp_head_addr);
+	if (w.ts)
+		w.ts = gs_py_read_ptr(w.ts + pp->interp_threads_head);
+	bpf_loop(GS_PY_MAX_THREADS, gs_py_thread_step, &w, 0);
+	fresh.addr = w.found;
 	bpf_map_update_elem(&gs_py_tstates, &tid, &fresh, BPF_ANY);
 	return fresh.addr;
 }
@@ -127,6 +143,69 @@ static __always_inline __u64 gs_py_mix(__u64 h, __u64 v)
 	return h ^ (h >> 29);
 }
 
+struct gs_py_frame_walk {
+	struct gs_py_proc p;
+	__u64 f, h;
+	__u32 depth, flags;
+};
+
+/* One interpreter frame: bpf_loop verifies it once, where an unrolled or bounded loop of this
+ * body takes the verifier past its instruction budget. */
+static long gs_py_frame_step(__u64 i, void *arg)
+{
+	struct gs_py_frame_walk *w = arg;
+	struct gs_py_scratch *sc;
+	struct gs_py_frame *fr;
+	__u64 code, prev, instr, base, qual;
+	__u32 zero = 0, d;
+	__u16 o;
+
+	if (!w->f)
+		return 1;
+	sc = bpf_map_lookup_elem(&gs_py_scratch_buf, &zero);
+	if (!sc)
+		return 1;
+	if (bpf_probe_read_user(sc->win, GS_PY_WIN, (void *)w->f)) {
+		gs_py_count(GS_PY_CNT_READ_ERR);
+		return 1;
+	}
+	o = w->p.frame_code & 63;
+	code = *(__u64 *)(sc->win + o);
+	o = w->p.frame_previous & 63;
+	prev = *(__u64 *)(sc->win + o);
+	o = w->p.frame_instr & 63;
+	instr = *(__u64 *)(sc->win + o);
+	o = w->p.frame_owner & 127;
+	d = w->depth;
+	if (sc->win[o] == GS_PY_OWNED_BY_CSTACK) {
+		/* The frame below it began a C-level call of the interpreter loop. */
+		if (d > 0)
+			sc->stack.frames[(d - 1) & (GS_PY_MAX_DEPTH - 1)].tag |= GS_PY_ENTRY;
+		w->f = prev;
+		return 0;
+	}
+	if (d >= GS_PY_MAX_DEPTH) {
+		w->flags |= GS_PY_TRUNCATED;
+		return 1;
+	}
+	qual = gs_py_read_ptr(code + w->p.code_qualname);
+	base = code + w->p.code_adaptive;
+	fr = &sc->stack.frames[d & (GS_PY_MAX_DEPTH - 1)];
+	fr->code = code;
+	fr->lasti = instr > base ? (__u32)((instr - base) / 2) : 0;
+	fr->tag = (__u32)(qual >> 3) & ~GS_PY_ENTRY;
+	if (w->p.frame_is_entry != GS_PY_NONE) {
+		o = w->p.frame_is_entry & 127;
+		if (sc->win[o])
+			fr->tag |= GS_PY_ENTRY;
+	}
+	w->h = gs_py_mix(w->h, code);
+	w->h = gs_py_mix(w->h, ((__u64)fr->tag << 32) | fr->lasti);
+	w->depth = d + 1;
+	w->f = prev;
+	return 0;
+}
+
 /* Walks the interpreter frames of task t (the current task) and returns the hash of the chain,
  * kept under (tgid, hash) in gs_py_stacks; 0 when t's process is not a described CPython or the
  * thread runs no Python code. */
@@ -134,10 +213,10 @@ static __always_inline __u64 gs_py_capture(struct task_struct *t)
 {
 	__u32 pid = BPF_CORE_READ(t, tgid), tid = BPF_CORE_READ(t, pid), zero = 0;
 	struct gs_py_proc *pp = bpf_map_lookup_elem(&gs_py_procs, &pid);
-	struct gs_py_scratch *sc;
+	struct gs_py_frame_walk w = {.h = 0xcbf29ce484222325ull};
 	struct gs_py_stack_key key = {.pid = pid};
-	__u64 ts, f, h = 0xcbf29ce484222325ull;
-	__u32 depth = 0, flags = 0;
+	struct gs_py_scratch *sc;
+	__u64 ts;
 
 	if (!pp)
 		return 0;
@@ -147,76 +226,26 @@ static __always_inline __u64 gs_py_capture(struct task_struct *t)
 		gs_py_count(GS_PY_CNT_NO_TSTATE);
 		return 0;
 	}
+	w.p = *pp;
+	w.f = gs_py_read_ptr(ts + w.p.tstate_frame);
+	if (w.f && w.p.cframe_current_frame != GS_PY_NONE)
+		w.f = gs_py_read_ptr(w.f + w.p.cframe_current_frame);
+	/* Shim frames (3.12+) take turns without taking a slot: room for one per frame. */
+	bpf_loop(2 * GS_PY_MAX_DEPTH, gs_py_frame_step, &w, 0);
+	if (w.f && w.depth >= GS_PY_MAX_DEPTH)
+		w.flags |= GS_PY_TRUNCATED;
+	if (!w.depth)
+		return 0;
+	if (w.flags & GS_PY_TRUNCATED)
+		gs_py_count(GS_PY_CNT_TRUNCATED);
 	sc = bpf_map_lookup_elem(&gs_py_scratch_buf, &zero);
 	if (!sc)
 		return 0;
-	f = gs_py_read_ptr(ts + pp->tstate_frame);
-	if (f && pp->cframe_current_frame != GS_PY_NONE)
-		f = gs_py_read_ptr(f + pp->cframe_current_frame);
-
-	/* Shim frames (3.12+) take loop turns without taking a slot: room for one per frame. */
-	for (int i = 0; i < 2 * GS_PY_MAX_DEPTH && f; i++) {
-		__u64 code, prev, instr, base, qual;
-		__u16 o;
-		__u8 owner;
-
-		if (bpf_probe_read_user(sc->win, GS_PY_WIN, (void *)f)) {
-			gs_py_count(GS_PY_CNT_READ_ERR);
-			break;
-		}
-		o = pp->frame_code & 63;
-		code = *(__u64 *)(sc->win + o);
-		o = pp->frame_previous & 63;
-		prev = *(__u64 *)(sc->win + o);
-		o = pp->frame_instr & 63;
-		instr = *(__u64 *)(sc->win + o);
-		o = pp->frame_owner & 127;
-		owner = sc->win[o];
-		if (owner == GS_PY_OWNED_BY_CSTACK) {
-			/* The frame below it began a C-level call of the interpreter loop. */
-			if (depth > 0)
-				sc->stack.frames[(depth - 1) & (GS_PY_MAX_DEPTH - 1)].tag |= GS_PY_ENTRY;
-			f = prev;
-			continue;
-		}
-		if (depth >= GS_PY_MAX_DEPTH) {
-			flags |= GS_PY_TRUNCATED;
-			break;
-		}
-		qual = gs_py_read_ptr(code + pp->code_qualname);
-		base = code + pp->code_adaptive;
-		struct gs_py_frame *fr = &sc->stack.frames[depth & (GS_PY_MAX_DEPTH - 1)];
-		fr->code = code;
-		fr->lasti = instr > base ? (__u32)((instr - base) / 2) : 0;
-		fr->tag = (__u32)(qual >> 3) & ~GS_PY_ENTRY;
-		if (pp->frame_is_entry != GS_PY_NONE) {
-			o = pp->frame_is_entry & 127;
-			if (sc->win[o])
-				fr->tag |= GS_PY_ENTRY;
-		}
-		h = gs_py_mix(h, code);
-		h = gs_py_mix(h, ((__u64)fr->tag << 32) | fr->lasti);
-		depth++;
-		f = prev;
-	}
-	if (f && !(flags & GS_PY_TRUNCATED) && depth >= GS_PY_MAX_DEPTH)
-		flags |= GS_PY_TRUNCATED;
-	if (!depth)
-		return 0;
-	if (flags & GS_PY_TRUNCATED)
-		gs_py_count(GS_PY_CNT_TRUNCATED);
-	sc->stack.depth = depth;
-	sc->stack.flags = flags;
-	key.hash = h ? h : 1;
+	sc->stack.depth = w.depth;
+	sc->stack.flags = w.flags;
+	key.hash = w.h ? w.h : 1;
 	if (bpf_map_lookup_elem(&gs_py_stacks, &key))
 		return key.hash;
-	/* Frames past depth are left from earlier walks: clear them so equal chains store equal. */
-	for (int i = 0; i < GS_PY_MAX_DEPTH; i++)
-		if (i >= depth) {
-			sc->stack.frames[i].code = 0;
-			sc->stack.frames[i].lasti = 0;
-			sc->stack.frames[i].tag = 0;
-		}
 	if (bpf_map_update_elem(&gs_py_stacks, &key, &sc->stack, BPF_NOEXIST) == 0) {
 		struct gs_py_new_stack *n = bpf_ringbuf_reserve(&gs_py_events, sizeof(*n), 0);
 		if (n) {

@@ -49,7 +49,7 @@ struct gs_py_frame {
 struct gs_py_stack {
 	__u32 depth;
 	__u32 flags;
-	struct gs_py_frame frames[GS_PY_MAX_DEPTH]; /* innermost first */
+	struct gs_py_frame frames[GS_PY_MAX_DEPTH]; /* innermost first; past depth: left over */
 };
 
 /* Distinct chains, per process: a hash over the frames. */
