@@ -229,7 +229,10 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
   for (auto& e : ends) {
     comms_.erase(e.life.pid);  // exec: the new image has its own name
     if (e.state == "exited") stacks_.forget(static_cast<pid_t>(e.life.pid));
-    if (py_) py_->forget(static_cast<pid_t>(e.life.pid));  // exec: new code objects, maybe a new interpreter
+    if (py_) {  // exec: new code objects, maybe another interpreter or none
+      py_->forget(static_cast<pid_t>(e.life.pid));
+      if (e.state == "exec") py_->track(static_cast<pid_t>(e.life.pid));
+    }
   }
 }
 

@@ -206,6 +206,29 @@ static long gs_py_frame_step(__u64 i, void *arg)
 	return 0;
 }
 
+/* An exec replaces the interpreter (or ends it): the walk stops for the pid at once, and a notice
+ * with hash 0 tells userspace to look at the new image. Attached by capabilities that keep no
+ * exec handling of their own. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(gs_py_exec, struct task_struct *p)
+{
+	__u32 pid = BPF_CORE_READ(p, tgid);
+	struct gs_py_new_stack *n;
+
+	if (bpf_map_delete_elem(&gs_py_procs, &pid))
+		return 0;
+	n = bpf_ringbuf_reserve(&gs_py_events, sizeof(*n), 0);
+	if (!n) {
+		gs_py_count(GS_PY_CNT_EVENTS_LOST);
+		return 0;
+	}
+	n->key.pid = pid;
+	n->key.pad = 0;
+	n->key.hash = 0;
+	bpf_ringbuf_submit(n, 0);
+	return 0;
+}
+
 /* Walks the interpreter frames of task t (the current task) and returns the hash of the chain,
  * kept under (tgid, hash) in gs_py_stacks; 0 when t's process is not a described CPython or the
  * thread runs no Python code. */

@@ -59,7 +59,8 @@ struct gs_py_stack_key {
 	__u64 hash;
 };
 
-/* A chain seen for the first time: userspace reads its code objects while the process lives. */
+/* A chain seen for the first time: userspace reads its code objects while the process lives.
+ * hash 0: the process exec'd (gs_py_exec), its interpreter is to be looked at again. */
 struct gs_py_new_stack {
 	struct gs_py_stack_key key;
 };

@@ -310,7 +310,9 @@ std::vector<std::string> py_merge(const std::vector<std::string>& native, const 
   std::vector<std::string> out;
   size_t g = 0;
   for (auto& n : native) {
-    if (!py.empty() && n.starts_with("py::")) continue;
+    // A bare address is in no mapping: what a frame-pointer walk reads once it has left code
+    // built without frame pointers (Debian's and Ubuntu's interpreters), not a frame.
+    if (!py.empty() && (n.starts_with("py::") || (n.starts_with("0x") && n.find(' ') == std::string::npos))) continue;
     if (n.starts_with("_PyEval_EvalFrameDefault") && g < groups.size()) {
       out.insert(out.end(), groups[g].begin(), groups[g].end());
       g++;
@@ -332,15 +334,18 @@ PyStacks::~PyStacks() = default;
 
 bool PyStacks::track(pid_t pid) {
   if (procs_.count(pid)) return true;
-  if (not_python_.count(pid)) return false;
+  char exe[4096];
+  ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), exe, sizeof exe);
+  std::string now(exe, n > 0 ? static_cast<size_t>(n) : 0);
+  if (auto it = not_python_.find(pid); it != not_python_.end() && it->second == now) return false;
   auto t = find_python(pid);
   if (!t) {
-    not_python_.insert(pid);
+    not_python_[pid] = now;
     return false;
   }
   auto off = py_offsets(pid, *t);
   if (!off) {
-    not_python_.insert(pid);
+    not_python_[pid] = now;
     if (said_.insert(fmt::format("{}.{}", t->major, t->minor)).second && note_)
       note_(fmt::format("pid {} runs Python {} ({}): no interpreter layout for this version, native frames only", pid,
                         t->version(), t->path));
@@ -377,7 +382,15 @@ void PyStacks::forget(pid_t pid) {
 
 int PyStacks::poll() { return rb_->poll(0); }
 
-void PyStacks::on_new(const gs_py_new_stack& n) { frames(static_cast<pid_t>(n.key.pid), n.key.hash); }
+void PyStacks::on_new(const gs_py_new_stack& n) {
+  pid_t pid = static_cast<pid_t>(n.key.pid);
+  if (n.key.hash) {
+    frames(pid, n.key.hash);
+    return;
+  }
+  forget(pid);
+  track(pid);
+}
 
 std::optional<PyCode> py_read_code(int mem_fd, const PyTarget& t, const gs_py_proc& off, uint64_t addr, uint32_t tag) {
   const Layout* l = layout_of(t.major, t.minor);

@@ -65,7 +65,8 @@ struct PyFrame {
 // Native frames (innermost first, as the symbolizer names them) with the Python chain put where
 // the interpreter's evaluation frames stand, a group of Python frames (up to an entry frame) for
 // each; groups left over go to the outer end (a native stack cut short without frame pointers).
-// Perf-map frames ("py::" from -X perf) give way to the walk's.
+// Perf-map frames ("py::" from -X perf) give way to the walk's, and bare addresses (no mapping
+// holds them: a frame-pointer walk gone astray in code without frame pointers) are left out.
 std::vector<std::string> py_merge(const std::vector<std::string>& native, const std::vector<PyFrame>& py);
 
 class PyStacks {
@@ -79,8 +80,8 @@ class PyStacks {
   // note: where "said once" lines go (the command prints them).
   PyStacks(Maps maps, std::function<void(const std::string&)> note);
   ~PyStacks();
-  // Switches the walk on for pid when it runs a supported CPython; once per pid until forget().
-  // Returns whether the walk is on for it.
+  // Switches the walk on for pid when it runs a supported CPython. A pid found without one is
+  // looked at again only once its executable changed (an exec). Returns whether the walk is on.
   bool track(pid_t pid);
   bool tracking(pid_t pid) const { return procs_.count(pid) > 0; }
   // The process exited or exec'd: its entry, chains, thread states and names go.
@@ -107,7 +108,7 @@ class PyStacks {
   std::function<void(const std::string&)> note_;
   std::unique_ptr<RingBuffer> rb_;
   std::map<pid_t, Proc> procs_;
-  std::set<pid_t> not_python_;
+  std::map<pid_t, std::string> not_python_;  // pid -> its /proc/PID/exe then
   std::set<std::string> said_;
   std::map<CodeKey, std::optional<PyCode>> codes_;
 };

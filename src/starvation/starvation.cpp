@@ -148,6 +148,7 @@ class Starvation {
   std::map<std::tuple<uint32_t, int, uint64_t>, std::vector<std::string>> ustacks_;
   std::unique_ptr<PyStacks> py_;
   std::set<uint32_t> py_seen_;  // tgids looked at for an interpreter
+  bool py_recheck_ = false;     // look again (once a second): a process may have exec'd a Python
   std::map<int, std::vector<std::string>> kstacks_;
   std::unordered_map<uint32_t, std::string> containers_;
   Symbolizer sym_;
@@ -236,6 +237,15 @@ void Starvation::load(Pins pins) {
   if (!l) throw UsageError(std::string("cannot attach tp_btf/sched_switch: ") + strerror(errno));
   links_.emplace_back(l);
   attach_samplers();
+  if (py_) {
+    if (bpf_link* pl = bpf_program__attach(skel_->progs.gs_py_exec))
+      links_.emplace_back(pl);
+    else
+      fprintf(stderr,
+              "gpuscope: cannot attach tp_btf/sched_process_exec (%s): a Python process that execs keeps "
+              "its old interpreter layout until it exits\n",
+              strerror(errno));
+  }
   pins_ = std::move(pins);
   snaps_.clear();
   sample_snaps_.clear();
@@ -290,7 +300,7 @@ void Starvation::refresh_tgids() {
     key = next;
     bits[(key / 64) % GS_S_TGID_WORDS] |= 1ull << (key % 64);
     // The walk needs the interpreter's layout before the process's samples come.
-    if (py_ && py_seen_.insert(key).second && wanted(key, proc_comm(static_cast<pid_t>(key))))
+    if (py_ && (py_seen_.insert(key).second || py_recheck_) && wanted(key, proc_comm(static_cast<pid_t>(key))))
       py_->track(static_cast<pid_t>(key));
   }
   volatile __u64* live = skel_->bss->gpu_tgid_bits;
@@ -569,12 +579,16 @@ int Starvation::run() {
   auto next_report = clock::now() + std::chrono::seconds(1);
   auto next_watch = clock::now() + std::chrono::milliseconds(250);
   auto next_tgids = clock::now();
+  auto next_py_recheck = clock::now() + std::chrono::seconds(1);
   while (!stop.should_stop()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     auto now = clock::now();
     if (py_) py_->poll();
     if (now >= next_tgids) {
+      py_recheck_ = now >= next_py_recheck;
+      if (py_recheck_) next_py_recheck = now + std::chrono::seconds(1);
       refresh_tgids();
+      py_recheck_ = false;
       next_tgids = now + std::chrono::milliseconds(50);
     }
     if (now >= next_watch) {

@@ -155,6 +155,7 @@ TEST(PythonWalk, MergeIntoNativeFrames) {
   std::vector<PyFrame> py{{"py::c (f.py:3)", false}, {"py::b (f.py:2)", true}, {"py::a (f.py:1)", true}};
   std::vector<std::string> native{"memcpy",
                                   "_PyEval_EvalFrameDefault",
+                                  "0x958cc0",
                                   "_PyFunction_Vectorcall",
                                   "py::b:f.py",
                                   "_PyEval_EvalFrameDefault+0x10 (python3.11)",
@@ -164,7 +165,7 @@ TEST(PythonWalk, MergeIntoNativeFrames) {
   // A native stack cut short (no frame pointers): the chain goes to the outer end.
   EXPECT_EQ(py_merge({"lib_burn"}, py),
             (std::vector<std::string>{"lib_burn", "py::c (f.py:3)", "py::b (f.py:2)", "py::a (f.py:1)"}));
-  // No chain: the native stack as it is, perf-map names included.
+  // No chain: the native stack as it is, perf-map names and addresses included.
   EXPECT_EQ(py_merge(native, {}), native);
 }
 

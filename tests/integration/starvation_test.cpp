@@ -393,6 +393,29 @@ TEST(StarvationThread, PythonFramesFromTheInterpreterInItsOwnNamespace) {
   kill(host_pid, SIGKILL);
 }
 
+// A GPU process that becomes Python by exec (a launcher script) is looked at again: its rows
+// name Python frames once the interpreter runs.
+TEST(StarvationThread, PythonFramesAfterAnExecIntoPython) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Process sh({"sh", "-c", "echo started; sleep 1.5; exec /usr/bin/python3 " + script + " 60"});
+  ASSERT_TRUE(sh.wait_for("started", 10));
+  f.write(standin_for(sh.pid()));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(sh.pid()), "--min-idle-ms", "200", "--collect-ustack",
+                   "--sample-hz", "199"});
+  ASSERT_TRUE(sh.wait_for("ready pid=", 10)) << sh.err();
+  std::this_thread::sleep_for(3s);
+  auto rows = s.stop();
+  int named = 0;
+  for (auto& r : rows)
+    if (r["pid"] == sh.pid() && has_frame(r["ustack"], "py::inner_burn (" + script + ":")) named++;
+  EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+  sh.signal(SIGKILL);
+  sh.wait();
+}
+
 // A process starves only when every device it holds memory on is idle: A is on an idle and a
 // busy device, C only on the busy one, B only on the idle one.
 TEST(StarvationVerdict, NoneWhileAnyOfItsDevicesIsBusy) {
