@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -391,6 +392,72 @@ TEST(StarvationThread, PythonFramesFromTheInterpreterInItsOwnNamespace) {
   EXPECT_EQ(s.p.err().find("Python chains"), std::string::npos) << "nothing cut or lost: " << s.p.err();
   unlink(folded.c_str());
   kill(host_pid, SIGKILL);
+}
+
+// The BPF walk on the other layouts this machine may have: 3.12 (table) and 3.13
+// (_Py_DebugOffsets), from pyenv. CI has only Debian's 3.11 (the test above).
+TEST(StarvationThread, PythonFramesOfOtherVersions) {
+  std::vector<std::string> found;
+  for (std::string p : {"/root/.pyenv/versions/3.12.1/bin/python3.12", "/root/.pyenv/versions/3.13.0/bin/python3.13"})
+    if (fs::exists(p)) found.push_back(p);
+  if (found.empty()) GTEST_SKIP() << "no pyenv 3.12.1 or 3.13.0 here (CI has only Debian's 3.11)";
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  for (auto& py : found) {
+    SCOPED_TRACE(py);
+    PinDir d;
+    StandinFile f;
+    Fixture fx({py, script, "60"});
+    int pid = fx.pid();
+    ASSERT_GT(pid, 0);
+    f.write(standin_for(pid));
+    Bridge b(d, f);
+    Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
+                     "199"});
+    std::this_thread::sleep_for(2200ms);
+    auto rows = s.stop();
+    int named = 0;
+    for (auto& r : rows_of(rows, fx.num("burner"))) {
+      std::vector<std::string> st = r["ustack"];
+      auto inner = std::find_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::inner_burn ("); });
+      if (inner == st.end() || st.end() - inner < 3) continue;
+      named++;
+      EXPECT_TRUE(inner[1].starts_with("py::middle (" + script + ":")) << r.dump();
+      EXPECT_TRUE(inner[2].starts_with("py::outer (" + script + ":")) << r.dump();
+    }
+    EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+    kill(pid, SIGKILL);
+  }
+}
+
+// A chain deeper than the bound keeps its innermost 64 frames, and the drops line counts it.
+TEST(StarvationThread, PythonChainsPastTheBoundAreCutAndCounted) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture fx({"/usr/bin/python3", script, "60", "100"});
+  int pid = fx.pid();
+  ASSERT_GT(pid, 0);
+  f.write(standin_for(pid));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
+                   "199"});
+  std::this_thread::sleep_for(2200ms);
+  auto rows = s.stop();
+  int cut = 0;
+  for (auto& r : rows_of(rows, fx.num("burner"))) {
+    std::vector<std::string> st = r["ustack"];
+    auto py = std::count_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::"); });
+    if (!has_frame(r["ustack"], "py::inner_burn (")) continue;
+    cut++;
+    EXPECT_EQ(py, 64) << r.dump();
+    EXPECT_FALSE(has_frame(r["ustack"], "py::Thread._bootstrap (")) << "the outermost frames are the ones cut";
+  }
+  EXPECT_GE(cut, 1) << s.p.out() << s.p.err();
+  std::smatch m;
+  std::string err = s.p.err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(Python chains: (\d+) cut at 64 frames)"))) << err;
+  EXPECT_GT(std::stoull(m[1]), 0u);
+  kill(pid, SIGKILL);
 }
 
 // A GPU process that becomes Python by exec (a launcher script) is looked at again: its rows
