@@ -586,7 +586,17 @@ int Starvation::run() {
     if (py_) py_->poll();
     if (now >= next_tgids) {
       py_recheck_ = now >= next_py_recheck;
-      if (py_recheck_) next_py_recheck = now + std::chrono::seconds(1);
+      if (py_recheck_) {
+        next_py_recheck = now + std::chrono::seconds(1);
+        // Processes that exited without a row (never starved) leave the walk's maps too.
+        for (auto it = py_seen_.begin(); it != py_seen_.end();)
+          if (!pid_exists(static_cast<pid_t>(*it))) {
+            if (py_) py_->forget(static_cast<pid_t>(*it));
+            it = py_seen_.erase(it);
+          } else {
+            ++it;
+          }
+      }
       refresh_tgids();
       py_recheck_ = false;
       next_tgids = now + std::chrono::milliseconds(50);
