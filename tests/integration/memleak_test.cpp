@@ -217,6 +217,14 @@ TEST(Memleak, StacksNamePythonFunctions) {
   ASSERT_EQ(w.wait(20), 0) << w.err();
   ASSERT_TRUE(w.out().find("allocated rc=0") != std::string::npos) << w.out() << w.err();
   ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  sleep_s(0.3);
+  // Reported, then gone from the walk's maps: its interpreter entry, chains and thread states.
+  auto maps = pids_in_maps(g.proc().pid());
+  for (const char* name : {"gs_py_procs", "gs_py_stacks", "gs_py_tstates"}) {
+    ASSERT_TRUE(maps.count(name)) << name << " not found among gpuscope's maps";
+    auto& keys = maps[name];
+    EXPECT_EQ(std::count(keys.begin(), keys.end(), static_cast<uint32_t>(pid)), 0) << name;
+  }
   auto lines = g.stop();
   auto leaks = final_leaks(lines, pid);
   ASSERT_EQ(leaks.count(123457), 1u) << g.proc().out();
