@@ -6,7 +6,8 @@
 # preprocess_burn() must be named in its rows as `py::preprocess_burn (…/torch_starve.py:LINE)`
 # under `py::stall_worker`, and preprocess_burn must lead the flame graph. Then the same with
 # `-X perf`: the interpreter walk wins over the perf map (no `py::name:file` perf-map frames).
-# Also prints the walk's counters (-v) and the interpreter version found.
+# Also prints the walk's counters (-v) and, with bin/pyframes_overhead beside gpuscope and
+# tests/fixtures/python/burn.py in the tree, the walk's cost per sample on this interpreter.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
@@ -88,4 +89,20 @@ PY
   [[ $r == 0 ]] || { stop "$BR"; fail "${results[*]} | $(tail -c 300 "$OUT/$mode.err" | tr '\n' ' ')"; }
 done
 stop "$BR"
+# The walk's cost per sample on this host's interpreter, when the bench was copied beside gpuscope.
+BENCH=$(dirname "$GPUSCOPE")/pyframes_overhead
+BURN=$GPU_TESTS_DIR/../fixtures/python/burn.py
+if [[ -x $BENCH && -f $BURN ]]; then
+  "$BENCH" --python "$(command -v python3)" --script "$BURN" --seconds 5 --depths 0 --depths 30 --depths 100 \
+    >"$OUT/bench.jsonl" 2>"$OUT/bench.err" || fail "pyframes_overhead: $(tail -c 300 "$OUT/bench.err")"
+  cost=$(python3 - "$OUT/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(", ".join("%d frames +%.1f us (%.2fx)" % (j["depth_frames"], j["walk_ns"] / 1000, j["ratio"]) for j in rows))
+PY
+)
+  results+=("walk cost per sample: $cost")
+else
+  results+=("walk cost not measured (no $BENCH or $BURN)")
+fi
 pass "${results[*]}"
