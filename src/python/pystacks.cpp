@@ -190,16 +190,23 @@ std::optional<PyTarget> find_python(pid_t pid, std::string* why) {
     int major = 0, minor = 0;
   };
   std::map<std::pair<dev_t, ino_t>, File> files;
+  // The executable too, whatever its name (an embedding program, a renamed interpreter): its
+  // version then comes from Py_Version alone.
+  char exe_buf[4096];
+  ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), exe_buf, sizeof exe_buf);
+  std::string exe(exe_buf, n > 0 ? static_cast<size_t>(n) : 0);
   for (auto& m : read_proc_maps(pid)) {
     if (!m.is_file()) continue;
     std::smatch mt;
     std::string b = base_name(m.path);
-    if (!std::regex_match(b, mt, name)) continue;
-    if (b.find(".so") == std::string::npos && mt[1].matched) continue;  // libpython3.11.a? not mapped
+    bool named = std::regex_match(b, mt, name) && (b.find(".so") != std::string::npos || !mt[1].matched);
+    if (!named && m.path != exe) continue;
     File& f = files[{m.dev, m.ino}];
     f.path = m.path;
-    f.major = std::stoi(mt[2]);
-    f.minor = std::stoi(mt[3]);
+    if (named) {
+      f.major = std::stoi(mt[2]);
+      f.minor = std::stoi(mt[3]);
+    }
     if (m.file_offset == 0 && m.start < f.first_start) f.first_start = m.start;
   }
   for (auto& [_, f] : files) {
@@ -216,9 +223,10 @@ std::optional<PyTarget> find_python(pid_t pid, std::string* why) {
         t.micro = static_cast<int>((*v >> 8) & 0xff);
       }
     }
+    if (!t.major) continue;  // an executable of another name without Py_Version: not a CPython we know
     return t;
   }
-  if (why) *why = files.empty() ? "no python3.X or libpython3.X mapped" : "no _PyRuntime symbol in its interpreter";
+  if (why) *why = "no python3.X or libpython3.X with _PyRuntime mapped, nor an executable exporting it";
   return std::nullopt;
 }
 
