@@ -122,7 +122,7 @@ static __always_inline __u64 gs_py_tstate_of(struct gs_py_proc *pp, __u32 pid, _
 				      .tid_off = pp->tstate_native_thread_id};
 
 	if (c && c->pid == pid) {
-		if (!c->addr && (++c->pad & 63))
+		if (!c->addr && (++c->skipped & 63))
 			return 0;
 		if (c->addr && gs_py_read_ptr(c->addr + pp->tstate_native_thread_id) == ns_tid)
 			return c->addr;

@@ -66,9 +66,9 @@ struct gs_py_new_stack {
 };
 
 struct gs_py_tstate {
-	__u64 addr; /* PyThreadState */
-	__u32 pid;  /* host tgid: entries of an exited process are deleted by it */
-	__u32 pad;
+	__u64 addr;    /* PyThreadState; 0: the thread had none at the last look */
+	__u32 pid;     /* host tgid: entries of an exited process are deleted by it */
+	__u32 skipped; /* addr 0: samples since that look (the list is walked again every 64th) */
 };
 
 enum gs_py_counter {
