@@ -429,6 +429,33 @@ TEST(StarvationThread, PythonFramesOfOtherVersions) {
   }
 }
 
+// An interpreter with no layout (3.10 here) keeps its native frames, and says so once.
+TEST(StarvationThread, PythonVersionWithoutLayoutSaidOnce) {
+  std::string py = "/root/.pyenv/versions/3.10.13/bin/python3.10";
+  if (!fs::exists(py)) GTEST_SKIP() << "no pyenv 3.10.13 here (CI has only Debian's 3.11)";
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture a({py, script, "60"}), b2({py, script, "60"});
+  ASSERT_GT(a.pid(), 0);
+  ASSERT_GT(b2.pid(), 0);
+  f.write(fmt::format("device 0 util 0\nprocess 0 {} 1048576\nprocess 0 {} 1048576\n", a.pid(), b2.pid()));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(a.pid()), "-p", std::to_string(b2.pid()), "--min-idle-ms", "200",
+                   "--collect-ustack"});
+  std::this_thread::sleep_for(1500ms);
+  auto rows = s.stop();
+  std::string err = s.p.err();
+  auto at = err.find("runs Python 3.10.");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("native frames only", at), std::string::npos) << err;
+  EXPECT_EQ(err.find("runs Python 3.10.", at + 1), std::string::npos) << "said once for two processes: " << err;
+  EXPECT_FALSE(rows_of(rows, a.num("burner")).empty()) << s.p.out();
+  for (auto& r : rows) EXPECT_FALSE(has_frame(r["ustack"], "py::inner_burn (")) << r.dump();
+  kill(a.pid(), SIGKILL);
+  kill(b2.pid(), SIGKILL);
+}
+
 // A chain deeper than the bound keeps its innermost 64 frames, and the drops line counts it.
 TEST(StarvationThread, PythonChainsPastTheBoundAreCutAndCounted) {
   PinDir d;
