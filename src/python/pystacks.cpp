@@ -180,7 +180,9 @@ std::optional<std::string> read_bytes(int fd, uint64_t obj) {
 
 }  // namespace
 
-std::string PyTarget::version() const { return fmt::format("{}.{}.{}", major, minor, micro); }
+std::string PyTarget::version() const {
+  return micro < 0 ? fmt::format("{}.{}", major, minor) : fmt::format("{}.{}.{}", major, minor, micro);
+}
 
 std::optional<PyTarget> find_python(pid_t pid, std::string* why) {
   static const std::regex name(R"(^(lib)?python(\d)\.(\d+)[^/]*$)");
@@ -213,7 +215,7 @@ std::optional<PyTarget> find_python(pid_t pid, std::string* why) {
     auto elf = elf_objects(fmt::format("/proc/{}/root{}", pid, f.path), {"_PyRuntime", "Py_Version"});
     if (!elf || !elf->syms.count("_PyRuntime") || f.first_start == UINT64_MAX) continue;
     uint64_t bias = elf->exec ? 0 : f.first_start - elf->first_load_vaddr;
-    PyTarget t{f.major, f.minor, 0, bias + elf->syms["_PyRuntime"], f.path};
+    PyTarget t{f.major, f.minor, -1, bias + elf->syms["_PyRuntime"], f.path};
     // Py_Version (3.11+) is PY_VERSION_HEX: the interpreter's own word over the file name's.
     if (elf->syms.count("Py_Version")) {
       Fd mem = open_mem(pid);

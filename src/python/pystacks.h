@@ -23,9 +23,9 @@ namespace gpuscope {
 
 // A process's interpreter, as found in its mappings.
 struct PyTarget {
-  int major = 0, minor = 0, micro = 0;
-  uint64_t runtime_addr = 0;  // _PyRuntime
-  std::string path;           // the file holding it (python3.X or libpython3.X.so)
+  int major = 0, minor = 0, micro = -1;  // micro -1: not known (no Py_Version before 3.11)
+  uint64_t runtime_addr = 0;             // _PyRuntime
+  std::string path;                      // the file holding it (python3.X or libpython3.X.so)
   std::string version() const;
 };
 

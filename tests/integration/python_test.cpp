@@ -175,7 +175,7 @@ TEST(PythonWalk, NoInterpreterNoWalk) {
   std::string why;
   EXPECT_FALSE(find_python(p.pid(), &why));
   EXPECT_FALSE(why.empty());
-  PyTarget old{3, 10, 0, 0x1000, "/usr/bin/python3.10"};
+  PyTarget old{3, 10, -1, 0x1000, "/usr/bin/python3.10"};
   EXPECT_FALSE(py_offsets(p.pid(), old));
   p.signal(SIGKILL);
   p.wait();
