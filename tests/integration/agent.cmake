@@ -1,0 +1,10 @@
+# gpuscope agent: the Prometheus writer and labels (unit), then the agent against real
+# processes, scraped by itself, by promtool and by a real Prometheus.
+add_executable(prom_test ${CMAKE_CURRENT_LIST_DIR}/../unit/prom_test.cpp)
+target_link_libraries(prom_test PRIVATE gpuscope_agent GTest::gtest_main)
+gtest_discover_tests(prom_test)
+
+add_executable(agent_test ${CMAKE_CURRENT_LIST_DIR}/agent_test.cpp)
+target_link_libraries(agent_test PRIVATE gstest_harness GTest::gtest_main)
+add_dependencies(agent_test gpuscope standin_app)
+gtest_discover_tests(agent_test PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
