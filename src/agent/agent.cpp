@@ -41,7 +41,11 @@ std::string body(fmt::memory_buffer& b) { return std::string(b.data(), b.size())
 
 AgentView::Proc& AgentView::proc(uint32_t pid, const std::string& comm) {
   auto it = live_.find(pid);
-  if (it != live_.end()) return it->second;
+  if (it != live_.end()) {
+    // A collector may have read /proc after the process had gone; a later record names it.
+    if (it->second.comm.empty()) it->second.comm = comm;
+    return it->second;
+  }
   Proc& p = live_[pid];
   p.pid = pid;
   p.comm = comm;
@@ -90,7 +94,10 @@ void AgentView::kernels_exited(uint32_t pid, const std::vector<KernelRow>& rows)
     retire(pid);
     p = &gone_.back();
   }
-  if (!rows.empty()) set_kernels(*p, rows);
+  if (!rows.empty()) {
+    set_kernels(*p, rows);
+    if (p->comm.empty()) p->comm = rows.front().comm;
+  }
 }
 
 void AgentView::memleak_ended(const MemleakProcess& mp, const std::vector<MemleakLeak>& leaks) {
@@ -105,6 +112,7 @@ void AgentView::memleak_ended(const MemleakProcess& mp, const std::vector<Memlea
   }
   p->has_mem = true;
   p->mem = mp.counters;
+  if (p->comm.empty()) p->comm = mp.comm;
   uint64_t bytes = mp.counters.outstanding_bytes + mp.counters.pinned_bytes;
   auto& t = leaked_[{p->comm, p->labels.container}];
   t.bytes += bytes;
@@ -119,6 +127,8 @@ void AgentView::memleak_ended(const MemleakProcess& mp, const std::vector<Memlea
 }
 
 void AgentView::choose_named(Proc& p) {
+  // A row first seen unnamed ("[unknown …]") is renamed once its name is learnt: the old key goes.
+  std::erase_if(p.named, [&](const KernelKey& k) { return !p.kernels.count(k); });
   if (p.named.size() >= cfg_.max_kernels_per_process) return;
   std::vector<std::pair<uint64_t, KernelKey>> fresh;
   for (auto& [k, n] : p.kernels)
