@@ -381,6 +381,7 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
       m.histogram("gpuscope_api_duration_seconds", l, bounds, counts, sum_s);
     }
   }
+  if (in.devices) add_device_metrics(m, *in.devices, in.hostname, in.bridge_age_s);
   m.family("gpuscope_events_lost_total", T::counter,
            "Events or calls a collector could not record, by collector and reason");
   for (auto& [k, n] : in.lost)

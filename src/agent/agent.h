@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/devices.h"
 #include "agent/http.h"
 #include "agent/labels.h"
 #include "agent/prom.h"
@@ -33,9 +34,12 @@ struct CollectorStatus {
 
 // What one refresh hands the view.
 struct AgentInput {
-  const std::vector<KernelRow>* kernels = nullptr;               // null: collector off
-  const MemleakSnapshot* memleak = nullptr;                      // null: collector off
-  const LatencySnapshot* latency = nullptr;                      // null: collector off
+  const std::vector<KernelRow>* kernels = nullptr;     // null: collector off
+  const MemleakSnapshot* memleak = nullptr;            // null: collector off
+  const LatencySnapshot* latency = nullptr;            // null: collector off
+  const std::vector<DeviceSample>* devices = nullptr;  // null: bridge off or not readable
+  std::string hostname;
+  double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for
   std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (collector, reason) -> events
 };

@@ -22,16 +22,18 @@ struct AgentOptions {
   CommonFlags common;
   Scope scope;
   std::string listen = "127.0.0.1:9400";
-  std::string collectors = "kernels,memleak,latency";
+  std::string collectors = "kernels,memleak,latency,bridge";
+  std::string pin_dir = "/sys/fs/bpf";
+  std::string nvml = "libnvidia-ml.so.1";
   unsigned max_kernels = 50;
   double interval_s = 1;
   double retain_s = 60;
   std::string pods_dir = "/var/log/pods";
 };
 
-const std::vector<std::string> kServed = {"kernels", "memleak", "latency"};
+const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "bridge"};
 // Collectors of gpuscope that the agent does not run yet: accepted, reported down.
-const std::vector<std::string> kNotYet = {"ioctl", "starvation", "bridge"};
+const std::vector<std::string> kNotYet = {"ioctl", "starvation"};
 
 std::vector<std::string> parse_collectors(const std::string& list) {
   std::vector<std::string> out;
@@ -41,8 +43,8 @@ std::vector<std::string> parse_collectors(const std::string& list) {
     bool known = std::find(kServed.begin(), kServed.end(), c) != kServed.end() ||
                  std::find(kNotYet.begin(), kNotYet.end(), c) != kNotYet.end();
     if (!known)
-      throw UsageError("unknown collector '" + c + "' in --collectors; known: kernels, memleak, latency, ioctl, " +
-                       "starvation, bridge");
+      throw UsageError("unknown collector '" + c + "' in --collectors; known: kernels, memleak, latency, bridge, " +
+                       "ioctl, starvation");
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   if (out.empty()) throw UsageError("--collectors must name at least one collector");
@@ -101,15 +103,19 @@ int run_agent(const AgentOptions& o) {
     latency = std::make_unique<LatencyCollector>(session,
                                                  LatencyCollector::Config{select_apis({}, "all"), false, o.scope.comm});
   });
+  std::unique_ptr<BridgeReader> bridge;
+  if (wanted(names, "bridge")) bridge = std::make_unique<BridgeReader>(o.pin_dir, o.nvml);
   for (auto& n : names)
     if (std::find(kNotYet.begin(), kNotYet.end(), n) != kNotYet.end()) down(n, "not yet served by the agent");
   if (kernels)
     kernels->on_exit([&](uint32_t pid, const std::vector<KernelRow>& rows) { view.kernels_exited(pid, rows); });
   if (memleak)
     memleak->on_end([&](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { view.memleak_ended(p, l); });
+  bool session_started = false;
   if (kernels || memleak || latency) {
     try {
       session.start();
+      session_started = true;
     } catch (const std::exception& e) {
       for (auto& s : status)
         if (s.up) s = {s.name, false, e.what()};
@@ -125,11 +131,12 @@ int run_agent(const AgentOptions& o) {
   EventLoop loop(o.common.duration_s);
   if (kernels) kernels->watch(loop);
   if (memleak) memleak->watch(loop);
-  session.watch(loop, false);
+  if (session_started) session.watch(loop, false);
   loop.after_wakeup([&] {
     if (kernels) kernels->tick();
     if (memleak) memleak->tick();
   });
+  std::string bridge_why = "unread";
   auto refresh = [&] {
     AgentInput in;
     std::vector<KernelRow> k;
@@ -162,6 +169,21 @@ int run_agent(const AgentOptions& o) {
     }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
     in.collectors = status;
+    std::vector<DeviceSample> devs;
+    if (bridge) {
+      // Read from a running bridge's pins each refresh: it may start or stop while the agent runs.
+      CollectorStatus b{"bridge", true, ""};
+      try {
+        devs = bridge->read(&in.bridge_age_s);
+        in.devices = &devs;
+        in.hostname = bridge->hostname();
+      } catch (const std::exception& e) {
+        b = {"bridge", false, e.what()};
+        if (bridge_why != b.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", e.what());
+      }
+      bridge_why = b.why;
+      in.collectors.push_back(b);
+    }
     view.refresh(in);
   };
   refresh();
@@ -208,7 +230,7 @@ void register_agent(CLI::App& app) {
   add_common_flags(cmd, o->common);
   add_scope_flags(cmd, o->scope);
   cmd->add_option("--listen", o->listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)");
-  cmd->add_option("--collectors", o->collectors, "Comma-separated collectors (default kernels,memleak,latency)");
+  cmd->add_option("--collectors", o->collectors, "Comma-separated collectors (default kernels,memleak,latency,bridge)");
   add_number(cmd, "--max-kernels-per-process", o->max_kernels,
              "Kernel series per process; the rest are summed in kernel=\"other\" (default 50)", "kernels", 1, 100000);
   add_number(cmd, "--interval", o->interval_s, "Refresh what is served every SECONDS (default 1)", "seconds", 0.05,
@@ -216,6 +238,9 @@ void register_agent(CLI::App& app) {
   add_number(cmd, "--retain-exited", o->retain_s,
              "Drop an exited process's series after SECONDS even if no scrape saw them (default 60)", "seconds", 0,
              86400);
+  cmd->add_option("--bridge-pin-dir", o->pin_dir,
+                  "Where a running gpuscope bridge pins its maps (default /sys/fs/bpf)");
+  cmd->add_option("--nvml", o->nvml, "NVML library, for the GPUs' UUID and model name (default libnvidia-ml.so.1)");
   cmd->add_option("--pods-dir", o->pods_dir, "The kubelet's pod log directory, for pod and namespace names");
   cmd->footer(
       "EXAMPLES:\n"
