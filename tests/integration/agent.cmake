@@ -9,3 +9,4 @@ target_link_libraries(agent_test PRIVATE gstest_harness gpuscope_core GTest::gte
 target_compile_definitions(agent_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>")
 add_dependencies(agent_test gpuscope standin_app nvml_standin)
 gtest_discover_tests(agent_test PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
+include(${PROJECT_SOURCE_DIR}/bench/agent.cmake)
