@@ -279,16 +279,10 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
           other += n;
           continue;
         }
-        auto kl = l;
-        kl.push_back({"kernel", k.first});
-        kl.push_back({"module", k.second});
-        m.add("gpuscope_kernel_launches_total", kl, static_cast<double>(n));
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", k.first}, {"module", k.second}}, static_cast<double>(n));
       }
       if (other || p.kernels.size() > p.named.size()) {
-        auto kl = l;
-        kl.push_back({"kernel", "other"});
-        kl.push_back({"module", ""});
-        m.add("gpuscope_kernel_launches_total", kl, static_cast<double>(other));
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", "other"}, {"module", ""}}, static_cast<double>(other));
       }
       if (p.graph_launches) m.add("gpuscope_graph_launches_total", l, static_cast<double>(p.graph_launches));
       auto& t = comm[comm_key(p)];

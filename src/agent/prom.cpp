@@ -8,6 +8,7 @@
 namespace gpuscope {
 
 std::string prom_escape_label(std::string_view v) {
+  if (v.find_first_of("\\\"\n") == std::string_view::npos) return std::string(v);
   std::string o;
   o.reserve(v.size());
   for (char c : v) {
@@ -45,9 +46,9 @@ std::string prom_number(double v) {
 }
 
 void prom_series(std::string& out, std::string_view name, const PromLabels& labels,
-                 const std::pair<std::string, std::string>* extra) {
+                 const std::pair<std::string, std::string>* extra, const PromLabels* more) {
   out += name;
-  if (labels.empty() && !extra) return;
+  if (labels.empty() && !extra && (!more || more->empty())) return;
   out += '{';
   bool first = true;
   auto put = [&](const std::string& k, const std::string& v) {
@@ -55,10 +56,15 @@ void prom_series(std::string& out, std::string_view name, const PromLabels& labe
     first = false;
     out += k;
     out += "=\"";
-    out += prom_escape_label(v);
+    if (v.find_first_of("\\\"\n") == std::string::npos)
+      out += v;
+    else
+      out += prom_escape_label(v);
     out += '"';
   };
   for (auto& [k, v] : labels) put(k, v);
+  if (more)
+    for (auto& [k, v] : *more) put(k, v);
   if (extra) put(extra->first, extra->second);
   out += '}';
 }
@@ -78,6 +84,15 @@ PromSet::Family& PromSet::get(const std::string& name) {
 void PromSet::add(const std::string& name, const PromLabels& labels, double value) {
   Family& f = get(name);
   prom_series(f.body, name, labels);
+  f.body += ' ';
+  f.body += prom_number(value);
+  f.body += '\n';
+  series_++;
+}
+
+void PromSet::add(const std::string& name, const PromLabels& labels, const PromLabels& more, double value) {
+  Family& f = get(name);
+  prom_series(f.body, name, labels, nullptr, &more);
   f.body += ' ';
   f.body += prom_number(value);
   f.body += '\n';

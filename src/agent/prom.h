@@ -29,6 +29,8 @@ class PromSet {
   void family(const std::string& name, Type type, std::string_view help);
   // One sample of a declared counter or gauge.
   void add(const std::string& name, const PromLabels& labels, double value);
+  // The same, with labels `more` after `labels` (no copy of either).
+  void add(const std::string& name, const PromLabels& labels, const PromLabels& more, double value);
   // One histogram series: upper bounds (ascending, +Inf implied) with the count of each bucket
   // (not cumulative), and the sum of the observed values.
   void histogram(const std::string& name, const PromLabels& labels, const std::vector<double>& upper_bounds,
@@ -50,6 +52,6 @@ class PromSet {
 
 // Writes `name{labels}` (no braces when there are none) into out.
 void prom_series(std::string& out, std::string_view name, const PromLabels& labels,
-                 const std::pair<std::string, std::string>* extra = nullptr);
+                 const std::pair<std::string, std::string>* extra = nullptr, const PromLabels* more = nullptr);
 
 }  // namespace gpuscope

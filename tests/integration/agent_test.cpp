@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -593,4 +595,48 @@ TEST(Agent, BridgeDeviceSeries) {
   g.signal(SIGINT);
   EXPECT_EQ(g.wait(30), 0) << g.err();
   EXPECT_NE(g.err().find("collector bridge is off"), std::string::npos) << g.err();
+}
+
+// A process in a Kubernetes pod's cgroup (made here, in the pids hierarchy) gets its pod,
+// namespace and container names from the kubelet's log directory names (a test directory).
+TEST(Agent, KubernetesLabels) {
+  Workload w;
+  char tail[13];
+  snprintf(tail, sizeof tail, "%012d", static_cast<int>(getpid()));
+  std::string uid = std::string("0a1b2c3d-1111-2222-3333-") + tail;
+  std::string id = "4f2a9c1b7d3e8f6a0b5c2d9e1f7a3b8c6d0e4f2a9c1b7d3e8f6a" + std::string(tail);
+  std::string root = "/sys/fs/cgroup/pids";
+  if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) {
+    root = "/sys/fs/cgroup";
+    if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) GTEST_SKIP() << "no writable cgroup hierarchy";
+  }
+  std::vector<std::string> cgs = {root + "/gstest-kubepods-" + tail, root + "/gstest-kubepods-" + tail + "/pod" + uid,
+                                   root + "/gstest-kubepods-" + tail + "/pod" + uid + "/" + id};
+  for (auto& c : cgs) ASSERT_EQ(mkdir(c.c_str(), 0755), 0) << c << ": " << strerror(errno);
+  std::string pods = w.dir() + "/log/pods", pod = pods + "/ml_trainer-0_" + uid;
+  for (auto d : {w.dir() + "/log", pods, pod, pod + "/worker", pod + "/sidecar", w.dir() + "/log/containers"})
+    mkdir(d.c_str(), 0755);
+  std::ofstream(w.dir() + "/log/containers/trainer-0_ml_worker-" + id + ".log") << "";
+  {
+    Agent a(w, {"--pods-dir", pods});
+    Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
+    pid_t lp = ready_pid(live);
+    std::ofstream(cgs.back() + "/cgroup.procs") << lp << "\n";
+    live.signal(SIGUSR1);
+    ASSERT_TRUE(live.wait_for("allocated")) << live.err();
+    std::string m = scrape_until(a, [&](const std::string& t) {
+      return value_of(t, "gpuscope_memory_outstanding_bytes", {{"pid", std::to_string(lp)}, {"category", "device"}}) ==
+             6777;
+    });
+    ASSERT_NE(m, "") << a.metrics();
+    auto s = where(samples(m, "gpuscope_memory_outstanding_bytes"), {{"pid", std::to_string(lp)}, {"category", "device"}});
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].labels["namespace"], "ml");
+    EXPECT_EQ(s[0].labels["pod"], "trainer-0");
+    EXPECT_EQ(s[0].labels["container"], "worker");
+    live.signal(SIGUSR1);
+    EXPECT_EQ(live.wait(20), 0);
+    EXPECT_EQ(a.stop(), 0);
+  }
+  for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
 }
