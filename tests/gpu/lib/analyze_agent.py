@@ -5,8 +5,8 @@ usage: analyze_agent.py SCRAPES_DIR WORKLOAD_OUT PID FIGURES_JSON
 
 SCRAPES_DIR holds <CLOCK_REALTIME ns>.prom files, one per curl of /metrics. The window's
 launches are the process's launches (kernel series plus graph launches x nodes per replay)
-in the first scrape after t1 minus the last scrape before t0 (both inside the workload's
-quiet periods). Prints one line of figures first, then the top series.
+in the first scrape 0.5 s after t1 minus the last scrape 0.2 s before t0 (both inside the
+workload's quiet periods). Prints one line of figures first, then the top series.
 """
 import json
 import os
@@ -45,8 +45,10 @@ def main():
         print("no RESULT line from the workload")
         return 1
     stamps = sorted(int(n[:-5]) for n in os.listdir(d) if n.endswith(".prom"))
-    before = [s for s in stamps if s < res["t0_ns"]]
-    after = [s for s in stamps if s > res["t1_ns"]]
+    # What a scrape serves was rendered up to one --interval before it: take scrapes well inside
+    # the quiet periods (1.5 s each), so that no launch of the window falls on the wrong side.
+    before = [s for s in stamps if s < res["t0_ns"] - 200_000_000]
+    after = [s for s in stamps if s > res["t1_ns"] + 500_000_000]
     if not before or not after:
         print(f"no scrape before t0 or after t1 ({len(stamps)} scrapes)")
         return 1
