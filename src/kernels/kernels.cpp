@@ -361,6 +361,8 @@ void KernelsCollector::learn_new_keys() {
     callers_.try_emplace(k, v.caller);
     fresh.push_back(k);
   });
+  for (auto& k : fresh)
+    if (std::get<1>(k) != GS_K_GRAPH && std::get<1>(k) != GS_K_HOST) launched_.insert({std::get<0>(k), std::get<2>(k)});
   for (auto& k : fresh) {
     if (comms_[std::get<0>(k)].empty()) comms_[std::get<0>(k)] = proc_comm(static_cast<pid_t>(std::get<0>(k)));
     Name nm = resolve(k, callers_[k]);
@@ -441,6 +443,7 @@ void KernelsCollector::forget(uint32_t pid) {
   var_scans_.erase(static_cast<pid_t>(pid));
   driver_file_.erase(static_cast<pid_t>(pid));
   std::erase_if(object_read_, [&](auto& ph) { return ph.first == pid; });
+  std::erase_if(launched_, [&](auto& ph) { return ph.first == pid; });
   comms_.erase(pid);
 }
 
@@ -466,11 +469,13 @@ KernelsCollector::DriverLayout* KernelsCollector::driver_layout(pid_t pid) {
 // handle variable) points at its own name; fails for good when none does.
 void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
   // Only handles whose exact mangled name is known: a demangled name may be shown in part.
+  // And only handles that were launched: the driver fills a kernel's object in when it is
+  // first used (lazy loading), so an object behind an unused handle variable may hold nothing.
   std::vector<std::pair<uint64_t, const std::string*>> known;
-  for (auto it = names_.lower_bound({static_cast<uint32_t>(pid), 0});
-       it != names_.end() && it->first.first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
-    if (!it->second.from_driver_object && !it->second.mangled.empty())
-      known.emplace_back(it->first.second, &it->second.mangled);
+  for (auto it = launched_.lower_bound({static_cast<uint32_t>(pid), 0});
+       it != launched_.end() && it->first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
+    if (auto n = names_.find(*it); n != names_.end() && !n->second.from_driver_object && !n->second.mangled.empty())
+      known.emplace_back(it->second, &n->second.mangled);
   if (known.empty()) {
     if (!l.said_waiting)
       notes_.push_back(
@@ -570,6 +575,7 @@ std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_f
   auto now = std::chrono::steady_clock::now();
   if (auto it = unknown_until_.find(k); it != unknown_until_.end() && now < it->second) return "";
   rb_->drain();  // a naming call just before this launch
+  if (!host_function) launched_.insert({pid, handle});
   if (comms_[pid].empty()) comms_[pid] = proc_comm(static_cast<pid_t>(pid));
   Name nm = resolve(k, 0);
   if (nm.kernel.starts_with("[unknown") || nm.kernel.starts_with("[host fn 0x")) {
