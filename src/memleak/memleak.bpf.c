@@ -553,9 +553,8 @@ static __always_inline int ctx_exit(struct pt_regs *ctx, struct thread_state *st
 		break;
 	case GS_CTX_RT_DEVICE_RESET:
 		/* With a non-primary context current, cudaDeviceReset frees no memory (its docs). */
-		runtime_binds(st);
-		if (GS_ML_IS_PRIMARY_CTX(st->cur_ctx))
-			release_ctx(p, pid, st->cur_ctx, st->cur_dev, site, layer);
+		if (GS_ML_IS_PRIMARY_CTX(c->ctx))
+			release_ctx(p, pid, c->ctx, c->dev, site, layer);
 		break;
 	}
 	return 0;
@@ -584,6 +583,13 @@ int ml_enter(struct pt_regs *ctx)
 		c->ctx = d->ctx ? gs_arg_at(&regs, d->ctx - 1) : 0;
 		c->outp = d->outp ? gs_arg_at(&regs, d->outp - 1) : 0;
 		c->dev = d->device ? (__s32)gs_arg_at(&regs, d->device - 1) : -1;
+		if (d->ctx_op == GS_CTX_RT_DEVICE_RESET) {
+			/* The device it resets is the one current now: the runtime's own calls may
+			 * unbind the context before it returns. */
+			runtime_binds(st);
+			c->ctx = st->cur_ctx;
+			c->dev = st->cur_ctx ? st->cur_dev : -1;
+		}
 		return 0;
 	}
 	if (st->depth++ > 0)
