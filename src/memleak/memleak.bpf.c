@@ -21,6 +21,9 @@ const volatile bool capture_stacks = false;
 /* CLOCK_BOOTTIME when userspace last attached probes to a newly found object: a process
  * that started before that may have allocated where gpuscope did not see it. */
 volatile __u64 watch_since_ns = 0;
+/* CLOCK_BOOTTIME when gpuscope started watching: a process started since then had every
+ * runtime call seen (libraries it maps later are probed before their first call). */
+volatile __u64 session_start_ns = 0;
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
@@ -469,7 +472,8 @@ static __always_inline void ctx_pop(struct thread_state *st)
  * watched since they started: cudaSetDevice may have come before. */
 static __always_inline void runtime_binds(struct thread_state *st)
 {
-	if (!st->cur_ctx && !started_before_watch()) {
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	if (!st->cur_ctx && session_start_ns && BPF_CORE_READ(t, group_leader, start_boottime) >= session_start_ns) {
 		st->cur_ctx = GS_ML_PRIMARY_CTX(0);
 		st->cur_dev = 0;
 	}

@@ -76,6 +76,7 @@ void MemleakCollector::set_watch_point() { skel_->bss->watch_since_ns = boot_ns(
 
 void MemleakCollector::start(UprobeSession& session) {
   set_watch_point();
+  skel_->bss->session_start_ns = skel_->bss->watch_since_ns;
   attached_new_ = false;
   if (cfg_.stacks) {
     for (pid_t p : cfg_.pids) stacks_.snapshot(p);
