@@ -71,6 +71,9 @@ GS_DROP_COUNTERS(drops, GS_IOCTL_DROP_COUNT)
 
 /* Calls in flight host-wide: while zero, every exit returns without a map lookup. */
 __s64 pending = 0;
+/* raw_tp only: opens in flight host-wide, so that other syscalls' exits need not read their
+ * number (sys_enter gets it for free, sys_exit has to read it from the registers). */
+__s64 pending_opens = 0;
 
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
@@ -280,6 +283,8 @@ int gs_raw_enter(struct bpf_raw_tracepoint_args *ctx)
 		on_ioctl_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
 	else if (nr == GS_NR_MMAP)
 		on_mmap(PT_REGS_PARM5_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
+	else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2)
+		__sync_fetch_and_add(&pending_opens, 1);
 	return 0;
 }
 
@@ -287,10 +292,14 @@ SEC("raw_tp/sys_exit")
 int gs_raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	if (pending <= 0 && pending_opens <= 0)
+		return 0;
 	long nr = GS_SYSCALL_NR_CORE(regs);
-	if (pending > 0 && nr == GS_NR_IOCTL)
+	if (nr == GS_NR_IOCTL) {
 		on_ioctl_exit(ctx->args[1]);
-	else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2)
+	} else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2) {
+		__sync_fetch_and_sub(&pending_opens, 1);
 		on_open_exit(ctx->args[1]);
+	}
 	return 0;
 }
