@@ -27,6 +27,7 @@ enum gs_special {
 	GS_SP_CU_LAUNCH_EX, /* cuLaunchKernelEx(const CUlaunchConfig *, f, params, extra) */
 	GS_SP_CAPTURE_BEGIN,
 	GS_SP_CAPTURE_END,
+	GS_SP_HOST_FUNC, /* cudaLaunchHostFunc(stream, fn, data), cuLaunchHostFunc(stream, fn, data) */
 };
 
 /* Where the value behind the out-pointer argument goes when the call returns. */
@@ -74,9 +75,9 @@ struct gs_api_desc {
 	unsigned char kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
 	unsigned char roles;      /* enum gs_role bits */
 	unsigned char mem_op, mem_cat, namer;
+	unsigned char func;   /* a host function (GS_SP_HOST_FUNC rows) */
 	unsigned char ctx;    /* a CUcontext argument */
 	unsigned char ctx_op; /* enum gs_ctx_op (GS_ROLE_CONTEXT rows) */
-	unsigned char pad[1];
 };
 
 #define GS_ARG(i) ((i) + 1)
@@ -141,6 +142,10 @@ struct gs_api_desc {
 	X(CU_LIBRARY_GET_KERNEL, cuLibraryGetKernel, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_LIBRARY_GET_KERNEL) \
 	X(CU_KERNEL_GET_FUNCTION, cuKernelGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_KERNEL_GET_FUNCTION) \
 	X(CUDA_GET_KERNEL, __cudaGetKernel, .layer = GS_RT, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_GET_KERNEL) \
+	X(CUDA_LAUNCH_COOPERATIVE_KERNEL, cudaLaunchCooperativeKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
+	X(CU_LAUNCH_COOPERATIVE_KERNEL, cuLaunchCooperativeKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
+	X(CUDA_LAUNCH_HOST_FUNC, cudaLaunchHostFunc, .layer = GS_RT, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
+	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
 	X(CU_CTX_CREATE, cuCtxCreate_v4, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
 	X(CU_CTX_CREATE_V2, cuCtxCreate_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
 	X(CU_CTX_DESTROY, cuCtxDestroy_v2, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_DESTROY) \

@@ -13,6 +13,7 @@
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "kernels/kernels.h"
 #include "kernels/kernels_collector.h"
 
 namespace gpuscope {
@@ -24,6 +25,7 @@ struct KernelsOptions {
   Scope scope;
   double interval_s = 1;
   unsigned top = 0;  // 0: every row
+  std::string count_layer = "auto";
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
@@ -106,7 +108,11 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
     if (o_.common.json) {
       JsonLine j(out_.buf());
       j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
-      j.str("module", module).num("launches", r.launches);
+      j.str("module", module)
+          .str("kind", r.first->graph()              ? "graph"
+                       : r.first->layer == GS_K_HOST ? "host_function"
+                                                     : "kernel");
+      j.num("launches", r.launches);
       if (exited) j.boolean("exited", true);
       j.real("rate", rate, 1).end();
     } else {
@@ -122,7 +128,15 @@ int run_kernels(const KernelsOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  KernelsCollector kernels(session, {o.scope.comm});
+  CountLayer layer = o.count_layer == "driver" ? CountLayer::Driver
+                     : o.count_layer == "both" ? CountLayer::Both
+                                               : CountLayer::Auto;
+  KernelsCollector kernels(session, {o.scope.comm, layer});
+  if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", kernels.layer_reason().c_str());
+  auto say_notes = [&] {
+    for (auto& n : kernels.take_notes())
+      if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", n.c_str());
+  };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
   KernelsView view(o);
@@ -133,8 +147,14 @@ int run_kernels(const KernelsOptions& o) {
   EventLoop loop(o.common.duration_s);
   kernels.watch(loop);
   session.watch(loop);
-  loop.after_wakeup([&] { kernels.tick(); });
-  loop.every(o.interval_s, [&] { view.interval(kernels.snapshot()); });
+  loop.after_wakeup([&] {
+    kernels.tick();
+    say_notes();
+  });
+  loop.every(o.interval_s, [&] {
+    view.interval(kernels.snapshot());
+    say_notes();
+  });
   auto st = session.stats();
   fprintf(stderr,
           "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
@@ -144,6 +164,7 @@ int run_kernels(const KernelsOptions& o) {
   session.detach();
   kernels.drain();
   view.interval(kernels.snapshot());
+  say_notes();
   view.stats(kernels.stats());
   return 0;
 }
@@ -156,6 +177,10 @@ void register_kernels(CLI::App& app) {
   add_common_flags(cmd, o->common);
   add_scope_flags(cmd, o->scope);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
+  cmd->add_option("--count-layer", o->count_layer,
+                  "Where launches are counted: driver (one probe per launch), both (runtime launches at the "
+                  "runtime layer), auto (driver when the NVIDIA driver is loaded; default)")
+      ->check(CLI::IsMember({"auto", "driver", "both"}));
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
   cmd->footer(
       "EXAMPLES:\n"
