@@ -96,6 +96,14 @@ std::optional<std::string> object_name(int mem, uint64_t handle, int offset) {
   return s;
 }
 
+// Whether the host side's mangled name (from nvcc's stub) is the one the driver keeps: nvcc's
+// extended lambdas (`__nv_hdl_wrapper_t`, mangled `Unvhdl`/`Unvdl`) are spelled differently on
+// the device side, so such handles cannot check a layout.
+bool spelled_alike(const std::string& mangled) {
+  return !mangled.empty() && mangled.find("Unvhdl") == std::string::npos &&
+         mangled.find("Unvdl") == std::string::npos && mangled.find("__nv_") == std::string::npos;
+}
+
 int open_mem(pid_t pid) { return open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
@@ -474,7 +482,8 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
   std::vector<std::pair<uint64_t, const std::string*>> known;
   for (auto it = launched_.lower_bound({static_cast<uint32_t>(pid), 0});
        it != launched_.end() && it->first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
-    if (auto n = names_.find(*it); n != names_.end() && !n->second.from_driver_object && !n->second.mangled.empty())
+    if (auto n = names_.find(*it);
+        n != names_.end() && !n->second.from_driver_object && spelled_alike(n->second.mangled))
       known.emplace_back(it->second, &n->second.mangled);
   if (known.empty()) {
     if (!l.said_waiting)
@@ -509,6 +518,12 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
     // What the first objects hold, for a user (or a bug report) to see why nothing matched.
     std::string seen;
     if (int m = open_mem(pid); m >= 0) {
+      for (auto& [h, name] : known)
+        if (auto n = object_name(m, h, 8); n && *n != *name) {
+          seen += fmt::format("; first disagreement at +8: 0x{:x} should name {} but names {}", h, name->substr(0, 400),
+                              n->substr(0, 400));
+          break;
+        }
       for (size_t i = 0; i < known.size() && i < 2; i++) {
         seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
         for (int off = 0; off <= 32; off += 8) {
@@ -547,7 +562,7 @@ std::optional<KernelsCollector::Name> KernelsCollector::driver_object_name(pid_t
 // withdraws the layout and every name read through it.
 void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::string& mangled) {
   auto f = driver_file_.find(pid);
-  if (f == driver_file_.end() || mangled.empty()) return;
+  if (f == driver_file_.end() || !spelled_alike(mangled)) return;
   DriverLayout& l = layouts_[f->second];
   if (l.offset < 0) return;
   int mem = open_mem(pid);

@@ -519,6 +519,12 @@ static __always_inline int ctx_exit(struct pt_regs *ctx, struct thread_state *st
 	case GS_CTX_PRIMARY_RETAIN: {
 		bpf_probe_read_user(&out, sizeof(out), (void *)c->outp);
 		ctx_remember(pid, p->gen_ns, out, c->dev, 1);
+		/* CUDA 13's runtime makes the primary context current (cuCtxSetCurrent) before it
+		 * retains it, so the thread's context is known as primary only now. */
+		if (out && st->cur_ctx == out) {
+			st->cur_ctx = GS_ML_PRIMARY_CTX(c->dev);
+			st->cur_dev = c->dev;
+		}
 		struct gs_ml_ctx_key k = {.pid = pid, .ctx = GS_ML_PRIMARY_CTX(c->dev)};
 		struct gs_ml_ctx *v = bpf_map_lookup_elem(&ml_ctxs, &k);
 		if (v && v->gen_ns == p->gen_ns) {

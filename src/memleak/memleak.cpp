@@ -354,14 +354,10 @@ void MemleakCollector::drain() {
 
 MemleakCollector::Stats MemleakCollector::stats() const {
   int dfd = bpf_map__fd(skel_->maps.ml_drops);
-  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL),
-          percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
-          percpu_sum(dfd, GS_ML_DROP_EVENTS),
-          percpu_sum(dfd, GS_ML_DROP_NO_STATE),
-          percpu_sum(dfd, GS_ML_DROP_STACKS),
-          percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL),
-          py_ ? py_->counters() : PyStacks::Counters{},
-          percpu_sum(dfd, GS_ML_DROP_CTXS_FULL)};
+  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL),      percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
+          percpu_sum(dfd, GS_ML_DROP_EVENTS),           percpu_sum(dfd, GS_ML_DROP_NO_STATE),
+          percpu_sum(dfd, GS_ML_DROP_STACKS),           percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL),
+          py_ ? py_->counters() : PyStacks::Counters{}, percpu_sum(dfd, GS_ML_DROP_CTXS_FULL)};
 }
 
 }  // namespace gpuscope
