@@ -20,3 +20,4 @@ target_compile_definitions(gputime_test PRIVATE
   TIMELINE_CHECKER="${CMAKE_CURRENT_LIST_DIR}/check_timeline.py")
 add_dependencies(gputime_test gpuscope gpuscope_cupti gputime_fixtures cupti_init_probe cuda_fixtures)
 gtest_discover_tests(gputime_test PROPERTIES TIMEOUT 90 RUN_SERIAL TRUE)
+include(${PROJECT_SOURCE_DIR}/bench/gputime.cmake)
