@@ -48,7 +48,7 @@ class KernelsView {
   void exited(const std::vector<KernelRow>& rows) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_print_).count();
     if (!rows.empty()) print(rows, secs, true);
-    for (auto& r : rows) prev_.erase({r.pid, r.layer, r.handle});
+    for (auto& r : rows) prev_.erase({r.pid, r.layer, r.handle}), gone_.insert(r.pid);
   }
   void stats(const KernelsCollector::Stats& s) {
     if (s.rows_full || s.captured || s.lost)
@@ -70,7 +70,8 @@ class KernelsView {
     std::map<uint32_t, std::string> comms;
     for (auto& k : now) named.insert({k.pid, k.kernel}), comms[k.pid] = k.comm;
     for (auto& [key, t] : gpu_->kernel_times()) {
-      if (named.count(key) || (exited ? !comms.count(key.first) : !pid_exists(key.first))) continue;
+      if (named.count(key) || (exited ? !comms.count(key.first) : gone_.count(key.first) || !pid_exists(key.first)))
+        continue;
       KernelRow r;
       r.pid = key.first;
       r.comm = comms.count(key.first) ? comms[key.first] : proc_comm(key.first);
@@ -90,6 +91,7 @@ class KernelsView {
   Writer out_;
   std::map<Key, uint64_t> prev_;
   std::map<std::pair<uint32_t, std::string>, uint64_t> prev_gpu_ns_;
+  std::set<uint32_t> gone_;  // processes whose final rows were printed
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "bridge_fixture.h"
 #include "harness.h"
 
 using namespace gstest;
@@ -165,6 +166,45 @@ TEST(GpuTime, TimelineWithoutLibrary) {
   auto c = run({"python3", TIMELINE_CHECKER, out, "--pid", std::to_string(pid), "--no-gpu", "--min-cpu", "5"});
   EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
   EXPECT_NE(g.out().find("GPU spans need libgpuscope-cupti.so"), std::string::npos) << g.out();
+  unlink(out.c_str());
+}
+
+// Device counters come from the bridge's pins (the bridge on the NVML stand-in here).
+TEST(GpuTime, TimelineCounters) {
+  PinDir d;
+  StandinFile f;
+  f.write(
+      "device 0 util 37 memutil 5 mem_total 17179869184 mem_free 1 mem_used 1073741824 mem_reserved 0 temp 40 "
+      "power 100000 smclk 1980 memclk 1593 throttle 0 pcie_tx 0 pcie_rx 0 enc 0 dec 0 fan 0 compute_mode 0 "
+      "ecc_corr 0 ecc_uncorr 0\n");
+  Process b({gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path}, {f.env()});
+  ASSERT_TRUE(b.wait_for("bridge publishing", 10, true)) << b.err();
+  Process w({calls_shared(), "3", "5", "3000"});
+  pid_t pid = ready_pid(w);
+  std::string out = tmp_file("counters.json");
+  auto r = run({gpuscope_bin(), "timeline", "-d", "1.5", "-p", std::to_string(pid), "-o", out, "--pin-dir", d.path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  b.signal(SIGINT);
+  EXPECT_EQ(b.wait(20), 0);
+  w.wait(20);
+  auto c = run({"python3", TIMELINE_CHECKER, out, "--counters", "--min-cpu", "0"});
+  EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+  json doc = json::parse(slurp(out));
+  int util = 0, mem = 0;
+  for (auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "C") continue;
+    if (e["name"] == "GPU 0 utilization %") {
+      util++;
+      EXPECT_EQ(e["args"]["sm_util_pct"], 37);
+    }
+    if (e["name"] == "GPU 0 memory used MiB") {
+      mem++;
+      EXPECT_DOUBLE_EQ(e["args"]["mem_used_mib"].get<double>(), 1024.0);
+    }
+  }
+  EXPECT_GE(util, 5);  // the bridge ticks every 0.1 s
+  EXPECT_EQ(util, mem);
+  EXPECT_EQ(doc["metadata"]["counters"], "present");
   unlink(out.c_str());
 }
 
