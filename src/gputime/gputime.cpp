@@ -145,6 +145,15 @@ void GpuTimeCollector::rescan() {
 }
 
 void GpuTimeCollector::forget_exited() {
+  // Names of processes never told (they handed over before a rescan found them) go too.
+  for (auto n = names_.begin(); n != names_.end();) {
+    uint32_t pid = n->first.first;
+    if (told_.count(static_cast<pid_t>(pid)) || pid_exists(static_cast<pid_t>(pid))) {
+      n = names_.upper_bound({pid, UINT32_MAX});
+      continue;
+    }
+    while (n != names_.end() && n->first.first == pid) n = names_.erase(n);
+  }
   for (auto it = told_.begin(); it != told_.end();) {
     if (pid_exists(it->first)) {
       ++it;
@@ -204,25 +213,7 @@ void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
     g.r.start_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
     g.r.end_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
     records_++;
-    if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) {
-      uint64_t d = g.r.end_ns - g.r.start_ns;
-      std::string nm = name(c.pid, g.r.name_id);
-      if (nm.empty()) nm = "[kernel " + std::to_string(g.r.name_id) + "]";
-      auto& t = times_[{c.pid, nm}];
-      t.count++;
-      t.total_ns += d;
-      t.max_ns = std::max(t.max_ns, d);
-      uint64_t us = d / 1000;
-      unsigned k = us ? std::min(31, 63 - __builtin_clzll(us)) : 0;
-      t.log2_us[k]++;
-      // Busy time: the union of the process's kernels on the device, as records arrive
-      // (CUPTI delivers them in completion order per context).
-      auto key = std::make_pair(c.pid, g.r.device);
-      uint64_t& last = busy_end_[key];
-      uint64_t from = std::max<uint64_t>(g.r.start_ns, last);
-      if (g.r.end_ns > from) busy_[key] += g.r.end_ns - from;
-      last = std::max<uint64_t>(last, g.r.end_ns);
-    }
+    if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) add_kernel(g);
     if (cfg_.keep_records) {
       if (kept_.size() < cfg_.max_records)
         kept_.push_back(g);
@@ -233,8 +224,40 @@ void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
   }
 }
 
+void GpuTimeCollector::add_kernel(const GpuRecord& g) {
+  uint64_t d = g.r.end_ns - g.r.start_ns;
+  std::string nm = name(g.pid, g.r.name_id);
+  if (nm.empty()) nm = "[kernel " + std::to_string(g.r.name_id) + "]";
+  auto key = std::make_pair(g.pid, std::move(nm));
+  auto ti = times_.find(key);
+  if (ti == times_.end()) {
+    if (times_.size() >= kMaxKernelRows) {
+      rows_full_++;
+      return;
+    }
+    ti = times_.emplace(std::move(key), KernelGpuTime{}).first;
+  }
+  auto& t = ti->second;
+  t.count++;
+  t.total_ns += d;
+  t.max_ns = std::max(t.max_ns, d);
+  uint64_t us = d / 1000;
+  unsigned k = us ? std::min(31, 63 - __builtin_clzll(us)) : 0;
+  t.log2_us[k]++;
+  // Busy time: the union of the process's kernels on the device, as records arrive (CUPTI
+  // delivers them in completion order per context).
+  auto dev = std::make_pair(g.pid, g.r.device);
+  uint64_t& last = busy_end_[dev];
+  uint64_t from = std::max<uint64_t>(g.r.start_ns, last);
+  if (g.r.end_ns > from) busy_[dev] += g.r.end_ns - from;
+  last = std::max<uint64_t>(last, g.r.end_ns);
+}
+
 void report_gpu_losses(const GpuTimeCollector::Stats& s) {
   uint64_t lost = s.lost_ringbuf + s.lost_read + s.lost_too_many + s.lost_kept + s.cupti_dropped;
+  if (s.rows_full)
+    fprintf(stderr, "gpuscope: %llu kernel records not in GPU time: %zu (process, kernel) rows already kept\n",
+            (unsigned long long)s.rows_full, GpuTimeCollector::kMaxKernelRows);
   if (!lost && !s.lost_names && !s.lib_dropped) return;
   fprintf(stderr,
           "gpuscope: GPU records lost: %llu (ring buffer full), %llu (unreadable), %llu (over %u in one hand-off), "
@@ -255,6 +278,7 @@ GpuTimeCollector::Stats GpuTimeCollector::stats() const {
   s.lost_too_many = percpu_sum(fd, GS_GT_DROP_TOO_MANY);
   s.lost_names = percpu_sum(fd, GS_GT_DROP_NAME);
   s.lost_kept = lost_kept_;
+  s.rows_full = rows_full_;
   for (auto& [_, d] : dropped_) {
     s.cupti_dropped += d.first;
     s.lib_dropped += d.second;

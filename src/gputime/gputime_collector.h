@@ -55,12 +55,15 @@ class GpuTimeCollector {
     uint64_t records = 0, names = 0;
     uint64_t lost_ringbuf = 0, lost_read = 0, lost_too_many = 0, lost_names = 0;
     uint64_t lost_kept = 0;      // past max_records
+    uint64_t rows_full = 0;      // kernel records of a (pid, kernel) row past kMaxKernelRows
     uint64_t cupti_dropped = 0;  // reported by the libraries (CUPTI had no buffer), summed over processes
     uint64_t lib_dropped = 0;
     size_t files = 0;      // copies of the library probed
     size_t processes = 0;  // processes told that gpuscope is attached
   };
   using Sink = std::function<void(const GpuRecord&)>;
+
+  static constexpr size_t kMaxKernelRows = 65536;  // (pid, kernel) rows of GPU time kept
 
   explicit GpuTimeCollector(Config cfg);
   ~GpuTimeCollector();
@@ -95,6 +98,7 @@ class GpuTimeCollector {
   };
   void handle(const void* data, size_t size);
   void on_records(const gs_gt_chunk& c);
+  void add_kernel(const GpuRecord& g);
   bool probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid);
   void tell(pid_t pid, uint64_t control_addr, uint32_t value);
   void forget_exited();
@@ -106,14 +110,13 @@ class GpuTimeCollector {
   std::vector<Link> links_;
   std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
   std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
-  std::set<pid_t> no_lib_;                                 // scanned, without the library (until exec)
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
   std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_end_;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> dropped_;  // pid -> (cupti, lib), latest
   std::vector<GpuRecord> kept_;
-  uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0;
+  uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0, rows_full_ = 0;
   uint32_t generation_ = 0;
 };
 
