@@ -339,16 +339,25 @@ static void *control_thread(void *arg)
 	return NULL;
 }
 
+/* Names as gpuscope shows them, where the process has a C++ runtime to demangle with. */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+
 static void write_summary(void)
 {
 	FILE *f = fopen(summary_path, "w");
 	if (!f)
 		return;
+	demangle_fn demangle = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
 	pthread_mutex_lock(&lock);
-	for (uint32_t i = 0; i < n_names; i++)
-		if (names[i].count)
-			fprintf(f, "%llu\t%llu\t%s\n", (unsigned long long)names[i].count,
-				(unsigned long long)names[i].total_ns, names[i].copy);
+	for (uint32_t i = 0; i < n_names; i++) {
+		if (!names[i].count)
+			continue;
+		int status = -1;
+		char *d = demangle ? demangle(names[i].copy, NULL, NULL, &status) : NULL;
+		fprintf(f, "%llu\t%llu\t%s\n", (unsigned long long)names[i].count,
+			(unsigned long long)names[i].total_ns, d && status == 0 ? d : names[i].copy);
+		free(d);
+	}
 	pthread_mutex_unlock(&lock);
 	fclose(f);
 }

@@ -119,9 +119,9 @@ void GpuTimeCollector::start() {
   rescan();
 }
 
-void GpuTimeCollector::rescan() {
+void GpuTimeCollector::rescan(const std::vector<pid_t>* only) {
   forget_exited();
-  std::vector<pid_t> pids = cfg_.pids.empty() ? list_pids() : cfg_.pids;
+  std::vector<pid_t> pids = only ? *only : cfg_.pids.empty() ? list_pids() : cfg_.pids;
   pid_t self = getpid();
   for (pid_t pid : pids) {
     if (pid == self || told_.count(pid)) continue;
@@ -169,7 +169,20 @@ void GpuTimeCollector::forget_exited() {
 
 void GpuTimeCollector::watch(EventLoop& loop) {
   loop.watch(*rb_);
-  loop.every(0.5, [this] { rescan(); });
+  // The library arrives by dlopen at cuInit: noticed processes are scanned at once, every
+  // process only every 5 s (reading every maps file is what costs on a busy host).
+  loop.every(0.5, [this] {
+    if (++ticks_ % 10 == 0 || !cfg_.pids.empty()) {
+      noticed_.clear();
+      rescan();
+    } else if (!noticed_.empty()) {
+      std::vector<pid_t> v;
+      v.swap(noticed_);
+      rescan(&v);
+    } else {
+      for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
+    }
+  });
 }
 
 void GpuTimeCollector::drain() { rb_->drain(); }

@@ -75,7 +75,10 @@ class GpuTimeCollector {
   void start();
   // Records as they arrive; processes that load the library later, every 0.5 s.
   void watch(EventLoop& loop);
-  void rescan();
+  // Scans `only`, or every process in scope when null.
+  void rescan(const std::vector<pid_t>* only = nullptr);
+  // A process in scope exec'd or dlopened (UprobeSession::on_maps_changed): scanned on the next tick.
+  void notice(pid_t pid) { noticed_.push_back(pid); }
   void drain();
   // Tells every process that this gpuscope has gone, then removes the probes.
   void stop();
@@ -110,6 +113,8 @@ class GpuTimeCollector {
   std::vector<Link> links_;
   std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
   std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
+  std::vector<pid_t> noticed_;
+  unsigned ticks_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
   std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_;

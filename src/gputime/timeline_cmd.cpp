@@ -86,6 +86,7 @@ int run_timeline(const TimelineOptions& o) {
   });
   GpuTimeCollector gpu({o.scope.pids, o.scope.comm, o.cupti_libs, true});
   BridgeCounters bridge(o.pin_dir);
+  session.on_maps_changed([&](pid_t pid) { gpu.notice(pid); });
   session.start();
   gpu.start();
   EventLoop loop(o.common.duration_s);

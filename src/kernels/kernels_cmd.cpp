@@ -202,6 +202,7 @@ int run_kernels(const KernelsOptions& o) {
     if (gpu) gpu->drain();  // the library's last flush came before the exit
     view.exited(rows);
   });
+  if (gpu) session.on_maps_changed([&](pid_t pid) { gpu->notice(pid); });
   session.start();
   kernels.start(session);
   if (gpu) gpu->start();

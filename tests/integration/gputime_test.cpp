@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <fstream>
 
 #include "bridge_fixture.h"
@@ -89,6 +93,28 @@ TEST(GpuTime, KernelsGpuColumns) {
   EXPECT_LT(share, 1);
   // The library reported 3 records CUPTI dropped: said, not hidden.
   EXPECT_NE(g.err().find("3 (CUPTI had no buffer)"), std::string::npos) << g.err();
+}
+
+// A process that loads the library after gpuscope started (as libcuda does at cuInit) is found
+// through its dlopen notice, told, and its records counted; -c scopes it, not -p.
+TEST(GpuTime, LibraryLoadedLater) {
+  Process w({GT_FEEDER, CUPTI_LIB, "late"});
+  pid_t pid = ready_pid(w);
+  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-c", "gputime_feeder"});
+  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
+  w.signal(SIGUSR1);
+  ASSERT_TRUE(w.wait_for("fed", 15)) << w.out() << w.err() << g.err();
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  bool found = false;
+  for (auto& l : parse_lines(g.out()))
+    if (l["type"] == "kernel" && l["pid"] == pid && l["kernel"] == "alpha_kernel(float*)" && l.contains("gpu_time_ns")) {
+      EXPECT_EQ(l["gpu_time_ns"].get<uint64_t>(), kTotalNs);
+      found = true;
+    }
+  EXPECT_TRUE(found) << g.out();
 }
 
 TEST(GpuTime, TimelineTracksSpansFlows) {
