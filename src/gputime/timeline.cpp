@@ -56,7 +56,7 @@ struct Slice {
 TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   TimelineStats st;
   uint64_t origin = std::numeric_limits<uint64_t>::max();
-  for (auto& c : in.calls) origin = std::min<uint64_t>(origin, c.ts_boot_ns - c.dur_ns);
+  for (auto& c : in.calls) origin = std::min<uint64_t>(origin, c.start_ns);
   for (auto& g : in.gpu) origin = std::min<uint64_t>(origin, g.r.start_ns);
   for (auto& c : in.counters) origin = std::min<uint64_t>(origin, c.ts_boot_ns);
   if (origin == std::numeric_limits<uint64_t>::max()) origin = 0;
@@ -67,12 +67,8 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
 
   // Names of processes and tracks.
   std::set<uint32_t> pids;
-  std::set<std::pair<uint32_t, uint32_t>> threads;
-  std::map<std::pair<uint32_t, uint32_t>, std::string> thread_names;
-  for (auto& c : in.calls) {
-    pids.insert(c.pid);
-    thread_names[{c.pid, c.tid}] = std::string(c.thread, strnlen(c.thread, sizeof c.thread));
-  }
+  const auto& thread_names = in.threads;
+  for (auto& c : in.calls) pids.insert(c.pid);
   std::set<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> gpu_tracks;  // pid, tid, device, stream
   for (auto& g : in.gpu) {
     pids.insert(g.pid);
@@ -125,7 +121,7 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   // CPU side: each call a complete slice on its thread.
   std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> by_thread;
   for (auto& c : in.calls) {
-    uint64_t start = c.ts_boot_ns - c.dur_ns;
+    uint64_t start = c.start_ns;
     w.event()
         .str("ph", "X")
         .str("cat", "cuda_api")
@@ -139,7 +135,7 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
         .num("ret", c.ret)
         .end_object()
         .end();
-    by_thread[{c.pid, c.tid}].push_back({start, c.ts_boot_ns});
+    by_thread[{c.pid, c.tid}].push_back({start, start + c.dur_ns});
     st.cpu_spans++;
   }
   for (auto& [_, v] : by_thread)

@@ -20,8 +20,18 @@ struct CounterSample {
   uint64_t mem_used_bytes = 0;
 };
 
+// One traced CUDA call, from its exit event: what the timeline keeps of it (32 bytes).
+struct CallSpan {
+  uint64_t start_ns = 0, dur_ns = 0;  // CLOCK_BOOTTIME
+  uint32_t pid = 0, tid = 0;
+  int32_t ret = 0;
+  uint16_t api = 0;
+  uint8_t layer = 0;
+};
+
 struct TimelineInput {
-  std::vector<gs_call_event> calls;  // exits (ts_boot_ns is the end, dur_ns the length)
+  std::vector<CallSpan> calls;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> threads;  // (pid, tid) -> thread name
   std::vector<GpuRecord> gpu;
   std::vector<CounterSample> counters;
   std::function<std::string(uint32_t pid, uint32_t name_id)> kernel_name;

@@ -81,7 +81,9 @@ int run_timeline(const TimelineOptions& o) {
       calls_over++;
       return;
     }
-    in.calls.push_back(e);
+    in.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer});
+    auto& tn = in.threads[{e.pid, e.tid}];
+    if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
     if (!in.comms.count(e.pid)) in.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
   });
   GpuTimeCollector gpu({o.scope.pids, o.scope.comm, o.cupti_libs, true});
