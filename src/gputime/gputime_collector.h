@@ -49,7 +49,7 @@ class GpuTimeCollector {
     std::string comm;               // -c
     std::vector<std::string> libs;  // also these copies of the library
     bool keep_records = false;      // the timeline wants every record
-    size_t max_records = 4u << 20;  // bound of what is kept; past it records are counted as lost
+    size_t max_records = 2u << 20;  // bound of what is kept (88 bytes each); past it counted as lost
   };
   struct Stats {
     uint64_t records = 0, names = 0;
