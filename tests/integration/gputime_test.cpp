@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 #include <fstream>
+#include <sstream>
 
 #include "bridge_fixture.h"
 #include "harness.h"
@@ -97,6 +98,30 @@ TEST(GpuTime, KernelsGpuColumns) {
 
 // A process that loads the library after gpuscope started (as libcuda does at cuInit) is found
 // through its dlopen notice, told, and its records counted; -c scopes it, not -p.
+// The table: GPU columns appear once records flow, with the same figures.
+TEST(GpuTime, KernelsTableColumns) {
+  Process w({GT_FEEDER, CUPTI_LIB});
+  pid_t pid = ready_pid(w);
+  Process g({gpuscope_bin(), "kernels", "--interval", "0.5", "-p", std::to_string(pid)});
+  ASSERT_TRUE(w.wait_for("fed", 30)) << w.out() << w.err() << g.err();
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  EXPECT_NE(g.out().find("GPU_ms   MEAN_us    MAX_us   GPU%"), std::string::npos) << g.out();
+  std::string row;
+  std::istringstream in(g.out());
+  for (std::string line; std::getline(in, line);)
+    if (line.find("alpha_kernel(float*)") != std::string::npos && line.find("exited") != std::string::npos) row = line;
+  ASSERT_FALSE(row.empty()) << g.out();
+  std::istringstream cells(row);
+  std::string p, comm, launches, rate, total, mean, max;
+  cells >> p >> comm >> launches >> rate >> total >> mean >> max;
+  EXPECT_EQ(p, std::to_string(pid));
+  EXPECT_EQ(launches, "40");
+  EXPECT_EQ(total, "2.780");  // ms
+  EXPECT_EQ(mean, "69.5");    // us
+  EXPECT_EQ(max, "89.0");     // us
+}
+
 TEST(GpuTime, LibraryLoadedLater) {
   Process w({GT_FEEDER, CUPTI_LIB, "late"});
   pid_t pid = ready_pid(w);
