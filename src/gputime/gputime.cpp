@@ -178,6 +178,7 @@ void GpuTimeCollector::watch(EventLoop& loop) {
     } else if (!noticed_.empty()) {
       std::vector<pid_t> v;
       v.swap(noticed_);
+      for (pid_t p : v) told_.erase(p);  // an exec'd process maps the library anew, if at all
       rescan(&v);
     } else {
       for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
