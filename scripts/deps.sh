@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
       libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev libgtest-dev libbenchmark-dev
       python3 util-linux libcap2-bin
+      # the agent's tests: a real Prometheus scrape and promtool check metrics
+      prometheus
       # libFuzzer and clang's sanitizer runtimes (tests/fuzz), only "recommended" by clang-14;
       # clang-format for scripts/check-format.sh. ninja-build: the DEPFILE test of cmake/Bpf.cmake.
       libclang-rt-14-dev clang-format)

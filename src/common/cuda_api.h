@@ -26,6 +26,7 @@ enum gs_special {
 	GS_SP_CU_LAUNCH_EX, /* cuLaunchKernelEx(const CUlaunchConfig *, f, params, extra) */
 	GS_SP_CAPTURE_BEGIN,
 	GS_SP_CAPTURE_END,
+	GS_SP_HOST_FUNC, /* cudaLaunchHostFunc(stream, fn, data), cuLaunchHostFunc(stream, fn, data) */
 };
 
 /* Where the value behind the out-pointer argument goes when the call returns. */
@@ -58,7 +59,8 @@ struct gs_api_desc {
 	unsigned char kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
 	unsigned char roles;      /* enum gs_role bits */
 	unsigned char mem_op, mem_cat, namer;
-	unsigned char pad[3];
+	unsigned char func; /* a host function (GS_SP_HOST_FUNC rows) */
+	unsigned char pad[2];
 };
 
 #define GS_ARG(i) ((i) + 1)
@@ -122,7 +124,11 @@ struct gs_api_desc {
 	X(CU_MODULE_GET_FUNCTION, cuModuleGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_MODULE_GET_FUNCTION) \
 	X(CU_LIBRARY_GET_KERNEL, cuLibraryGetKernel, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_LIBRARY_GET_KERNEL) \
 	X(CU_KERNEL_GET_FUNCTION, cuKernelGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_KERNEL_GET_FUNCTION) \
-	X(CUDA_GET_KERNEL, __cudaGetKernel, .layer = GS_RT, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_GET_KERNEL)
+	X(CUDA_GET_KERNEL, __cudaGetKernel, .layer = GS_RT, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_GET_KERNEL) \
+	X(CUDA_LAUNCH_COOPERATIVE_KERNEL, cudaLaunchCooperativeKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
+	X(CU_LAUNCH_COOPERATIVE_KERNEL, cuLaunchCooperativeKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
+	X(CUDA_LAUNCH_HOST_FUNC, cudaLaunchHostFunc, .layer = GS_RT, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
+	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1))
 
 #define GS_API_ENUM(id, sym, ...) GS_API_##id,
 enum gs_api { GS_APIS(GS_API_ENUM) GS_API_COUNT };

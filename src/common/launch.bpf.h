@@ -7,6 +7,7 @@
  *   cudaLaunchKernelExC(const cudaLaunchConfig_t *, func, args)
  *   cuLaunchKernelEx(const CUlaunchConfig *, f, params, extra)
  *   cudaGraphLaunch(exec, stream), cuGraphLaunch(exec, stream)
+ *   cudaLaunchHostFunc(stream, fn, data), cuLaunchHostFunc(stream, fn, data)
  * The two config structs share a layout: six u32 dims at 0, smem at 24 (size_t in the
  * runtime's, u32 in the driver's; little-endian, so the low word serves both), stream at 32,
  * attrs at 40, numAttrs at 48. Their attribute entries are 72 bytes, id at 0, value at 8. */
@@ -65,8 +66,14 @@ static __always_inline bool gs_launch_is_ex(const __u8 kind)
 /* The kernel handle (or graph exec) a launch names. */
 static __always_inline __u64 gs_launch_handle(struct pt_regs *ctx, const __u8 kind)
 {
-	return gs_launch_is_ex(kind) ? PT_REGS_PARM2(ctx) /* GS_LAUNCH_EX_FUNC */
-				     : PT_REGS_PARM1(ctx) /* GS_*_LAUNCH_FUNC, GS_GRAPH_LAUNCH_EXEC */;
+	/* A switch, not a conditional: clang may fold a conditional into one context load at a
+	 * computed offset, which the verifier rejects. */
+	switch (kind) {
+	case GS_SP_RT_LAUNCH_EX:
+	case GS_SP_CU_LAUNCH_EX: return PT_REGS_PARM2(ctx); /* GS_LAUNCH_EX_FUNC */
+	case GS_SP_HOST_FUNC: return PT_REGS_PARM2(ctx);    /* the host function */
+	default: return PT_REGS_PARM1(ctx);                 /* GS_*_LAUNCH_FUNC, GS_GRAPH_LAUNCH_EXEC */
+	}
 }
 
 static __always_inline __u64 gs_launch_config_stream(__u64 config)
@@ -84,6 +91,7 @@ static __always_inline __u64 gs_launch_stream(struct pt_regs *ctx, const __u8 ki
 	case GS_SP_CU_LAUNCH: return gs_arg(ctx, GS_CU_LAUNCH_STREAM);
 	case GS_SP_RT_LAUNCH_EX:
 	case GS_SP_CU_LAUNCH_EX: return gs_launch_config_stream(PT_REGS_PARM1(ctx) /* GS_LAUNCH_EX_CONFIG */);
+	case GS_SP_HOST_FUNC: return PT_REGS_PARM1(ctx);
 	default: return gs_arg(ctx, GS_GRAPH_LAUNCH_STREAM);
 	}
 }

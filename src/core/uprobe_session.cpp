@@ -266,12 +266,12 @@ bool UprobeSession::targets_alive() const {
   return false;
 }
 
-void UprobeSession::watch(EventLoop& loop) {
+void UprobeSession::watch(EventLoop& loop, bool stop_when_gone) {
   if (notices_) loop.watch(*notices_);
   refresh();  // sets the first full-rescan time
-  loop.after_wakeup([this, &loop] {
+  loop.after_wakeup([this, &loop, stop_when_gone] {
     refresh();
-    if (!targets_alive()) loop.stop();
+    if (stop_when_gone && !targets_alive()) loop.stop();
   });
 }
 

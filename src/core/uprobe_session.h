@@ -70,8 +70,8 @@ class UprobeSession {
   // when nothing of a --lib file can be attached.
   void start();
   // Rescans on exec/dlopen notices as they arrive, all processes every few seconds, and stops
-  // the loop once every -p pid has gone.
-  void watch(EventLoop& loop);
+  // the loop once every -p pid has gone (unless !stop_when_gone: the agent keeps serving).
+  void watch(EventLoop& loop, bool stop_when_gone = true);
   // Takes the notices and rescans now (watch() does this on every wake-up).
   void refresh();
   bool targets_alive() const;

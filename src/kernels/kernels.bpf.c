@@ -72,6 +72,10 @@ GS_DROP_COUNTERS(drops, GS_K_DROP_COUNT)
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
+/* Counting at the driver layer alone: no runtime probes are attached, so a driver launch
+ * never asks whether it is nested in one. */
+const volatile bool driver_only = false;
+
 /* The namer kind of the row a naming probe is attached at (its cookie). */
 static __always_inline __u32 namer_of(struct pt_regs *ctx)
 {
@@ -87,6 +91,8 @@ static __always_inline __u8 site_kind(const enum gs_k_site site)
 	case GS_K_CUDA_LAUNCH_EX: return GS_SP_RT_LAUNCH_EX;
 	case GS_K_CU_LAUNCH: return GS_SP_CU_LAUNCH;
 	case GS_K_CU_LAUNCH_EX: return GS_SP_CU_LAUNCH_EX;
+	case GS_K_CUDA_HOST_FUNC:
+	case GS_K_CU_HOST_FUNC: return GS_SP_HOST_FUNC;
 	default: return GS_LAUNCH_GRAPH;
 	}
 }
@@ -95,7 +101,7 @@ static __always_inline __u8 site_kind(const enum gs_k_site site)
  * cookie read and branches on every launch. */
 static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
 {
-	const bool runtime = site <= GS_K_CUDA_GRAPH;
+	const bool runtime = site <= GS_K_CUDA_HOST_FUNC;
 	__u64 handle = gs_launch_handle(ctx, site_kind(site));
 	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
 	struct thread_state *st;
@@ -116,10 +122,10 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		/* A driver launch inside a runtime one is the same launch: this check comes first.
 		 * A thread with no task storage at all (driver-only code such as XLA's) skips
 		 * the helper call. */
-		st = task->bpf_storage ? bpf_task_storage_get(&threads, task, 0, 0) : NULL;
+		st = !driver_only && task->bpf_storage ? bpf_task_storage_get(&threads, task, 0, 0) : NULL;
 		if (st && st->rt_depth) {
 			/* Already counted at the runtime layer; keep what it teaches about names. */
-			if (st->teach && site != GS_K_CU_GRAPH && st->rt_handle != handle) {
+			if (st->teach && (site == GS_K_CU_LAUNCH || site == GS_K_CU_LAUNCH_EX) && st->rt_handle != handle) {
 				struct gs_k_alias_key ak = {.pid = task->tgid, .drv = handle};
 				bpf_map_update_elem(&aliases, &ak, &st->rt_handle, BPF_ANY);
 			}
@@ -137,7 +143,12 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	}
 
 	struct gs_k_key k = {.pid = pid, .handle = handle};
-	k.layer = site == GS_K_CUDA_GRAPH || site == GS_K_CU_GRAPH ? GS_K_GRAPH : runtime ? GS_K_RUNTIME : GS_K_DRIVER;
+	if (site == GS_K_CUDA_GRAPH || site == GS_K_CU_GRAPH)
+		k.layer = GS_K_GRAPH;
+	else if (site == GS_K_CUDA_HOST_FUNC || site == GS_K_CU_HOST_FUNC)
+		k.layer = GS_K_HOST;
+	else
+		k.layer = runtime ? GS_K_RUNTIME : GS_K_DRIVER;
 	struct gs_k_val *v = bpf_map_lookup_elem(&counts, &k);
 	if (v) {
 		__sync_fetch_and_add(&v->count, 1);
@@ -172,6 +183,8 @@ GS_K_LAUNCH_PROG(gs_k_cuda_graph, GS_K_CUDA_GRAPH)
 GS_K_LAUNCH_PROG(gs_k_cu_launch, GS_K_CU_LAUNCH)
 GS_K_LAUNCH_PROG(gs_k_cu_launch_ex, GS_K_CU_LAUNCH_EX)
 GS_K_LAUNCH_PROG(gs_k_cu_graph, GS_K_CU_GRAPH)
+GS_K_LAUNCH_PROG(gs_k_cuda_host_func, GS_K_CUDA_HOST_FUNC)
+GS_K_LAUNCH_PROG(gs_k_cu_host_func, GS_K_CU_HOST_FUNC)
 
 SEC("uretprobe")
 int gs_k_launch_exit(struct pt_regs *ctx)
@@ -240,7 +253,11 @@ int gs_k_name_exit(struct pt_regs *ctx)
 		return 0;
 	}
 	e->type = GS_K_EV_NAME;
-	e->pid = bpf_get_current_pid_tgid() >> 32;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	e->pid = pid;
+	/* Its names are forgotten when it exits. */
+	__u8 one = 1;
+	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
 	e->namer = namer;
 	e->pad = 0;
 	e->handle = 0;

@@ -23,6 +23,10 @@ namespace gpuscope {
 
 namespace {
 
+constexpr size_t kMaxObjectName = 1024;
+constexpr int kMaxLayoutOffset = 128;  // searched in steps of 8
+constexpr size_t kLayoutChecks = 16;   // named handles a layout must name right
+
 std::string basename_of(const std::string& p) {
   auto s = p.rfind('/');
   return s == std::string::npos ? p : p.substr(s + 1);
@@ -44,26 +48,55 @@ std::string read_user_string(pid_t pid, uint64_t addr, size_t max) {
 // nvcc's host stub `__device_stub__Z12alpha_kernelPf(float*)` and its static handle
 // `_ZZ32__device_stub__Z12alpha_kernelPfPfE8__handle` both carry the kernel's own mangled
 // name after the prefix: show that one, demangled, as CUPTI does.
-std::string kernel_name(const std::string& sym) {
+// The kernel's own mangled name from nvcc's stub or handle-variable symbol; empty when the
+// symbol is not one of those.
+std::string kernel_mangled(const std::string& sym) {
   std::string_view v = sym;
   if (v.starts_with("_ZZ"))
     v.remove_prefix(3);
   else if (v.starts_with("_Z"))
     v.remove_prefix(2);
   else
-    return demangle(sym);
+    return "";
   if (v.starts_with("L")) v.remove_prefix(1);
   size_t len = 0, i = 0;
   while (i < v.size() && isdigit(static_cast<unsigned char>(v[i]))) len = len * 10 + (v[i++] - '0');
   std::string_view id = v.substr(i, len);
   constexpr std::string_view kStub = "__device_stub__";
-  if (id.starts_with(kStub)) {
-    std::string m = "_";
-    m += id.substr(kStub.size());
-    return demangle(m);
-  }
-  return demangle(sym);
+  if (!id.starts_with(kStub)) return "";
+  std::string m = "_";
+  m += id.substr(kStub.size());
+  return m;
 }
+
+std::string kernel_name(const std::string& sym) {
+  std::string m = kernel_mangled(sym);
+  return demangle(m.empty() ? sym : m);
+}
+
+// A kernel's mangled name as the driver keeps it: printable, no spaces, bounded. Anything
+// else read through a guessed layout is not a name and is never shown.
+bool looks_like_symbol(std::string_view s) {
+  if (s.empty() || s.size() >= kMaxObjectName) return false;
+  if (!(isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_' || s[0] == '$' || s[0] == '.')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// The name a driver object points at from `offset`, if it looks like one.
+std::optional<std::string> object_name(int mem, uint64_t handle, int offset) {
+  uint64_t p = 0;
+  if (pread(mem, &p, sizeof p, static_cast<off_t>(handle + offset)) != sizeof p || p < 4096) return std::nullopt;
+  char buf[kMaxObjectName];
+  ssize_t n = pread(mem, buf, sizeof buf, static_cast<off_t>(p));
+  if (n <= 0) return std::nullopt;
+  size_t len = strnlen(buf, static_cast<size_t>(n));
+  if (len == static_cast<size_t>(n)) return std::nullopt;  // no end within the bound
+  std::string s(buf, len);
+  if (!looks_like_symbol(s)) return std::nullopt;
+  return s;
+}
+
+int open_mem(pid_t pid) { return open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
 
@@ -71,16 +104,34 @@ std::string kernel_name(const std::string& sym) {
 // capture calls share theirs (the row, the cookie, says which).
 KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
+  switch (cfg_.layer) {
+    case CountLayer::Driver:
+      driver_only_ = true;
+      layer_reason_ = "counting at the driver layer alone (--count-layer driver)";
+      break;
+    case CountLayer::Both: layer_reason_ = "counting runtime launches at the runtime layer (--count-layer both)"; break;
+    case CountLayer::Auto:
+      driver_only_ = access("/proc/driver/nvidia/version", F_OK) == 0;
+      layer_reason_ = driver_only_ ? "counting at the driver layer alone, one probe per launch (the NVIDIA driver is "
+                                     "loaded, so every launch that runs reaches it)"
+                                   : "counting runtime launches at the runtime layer (no NVIDIA driver loaded: they "
+                                     "fail before reaching a driver)";
+      break;
+  }
   bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
     set_comm_filter(skel->rodata, cfg_.comm);
+    skel->rodata->driver_only = driver_only_;
     auto& p = skel->progs;
-    return std::vector<bpf_program*>{p.gs_k_cuda_launch,  p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,  p.gs_k_cu_launch,
-                                     p.gs_k_cu_launch_ex, p.gs_k_cu_graph,       p.gs_k_launch_exit, p.gs_k_capture,
-                                     p.gs_k_name_enter,   p.gs_k_name_exit};
+    return std::vector<bpf_program*>{p.gs_k_cuda_launch,    p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,
+                                     p.gs_k_cuda_host_func, p.gs_k_cu_launch,      p.gs_k_cu_launch_ex,
+                                     p.gs_k_cu_graph,       p.gs_k_cu_host_func,   p.gs_k_launch_exit,
+                                     p.gs_k_capture,        p.gs_k_name_enter,     p.gs_k_name_exit};
   });
   auto& p = skel_->progs;
-  auto launch = [](unsigned special) {
-    return rows_where([=](const gs_api_desc& d) { return (d.roles & GS_ROLE_LAUNCH) && d.special == special; });
+  auto launch = [](unsigned special, unsigned layer = GS_LAYER_COUNT) {
+    return rows_where([=](const gs_api_desc& d) {
+      return (d.roles & GS_ROLE_LAUNCH) && d.special == special && (layer == GS_LAYER_COUNT || d.layer == layer);
+    });
   };
   auto graph = [](unsigned layer) {
     return rows_where([=](const gs_api_desc& d) { return (d.roles & GS_ROLE_GRAPH_LAUNCH) && d.layer == layer; });
@@ -90,17 +141,25 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
   });
   auto namers = apis_with_role(GS_ROLE_NAMER);
   std::vector<SiteProbe> probes{
-      {p.gs_k_cuda_launch, false, launch(GS_SP_RT_LAUNCH)},
-      {p.gs_k_cuda_launch_ex, false, launch(GS_SP_RT_LAUNCH_EX)},
-      {p.gs_k_cuda_graph, false, graph(GS_LAYER_RUNTIME)},
-      {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
-      {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
-      {p.gs_k_cu_graph, false, graph(GS_LAYER_DRIVER)},
-      {p.gs_k_launch_exit, true, runtime_launches},
-      {p.gs_k_capture, false, apis_with_role(GS_ROLE_CAPTURE)},
       {p.gs_k_name_enter, false, namers},
       {p.gs_k_name_exit, true, namers},
   };
+  if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
+  std::vector<SiteProbe> counting{
+      {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
+      {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
+      {p.gs_k_cu_graph, false, graph(GS_LAYER_DRIVER)},
+      {p.gs_k_cu_host_func, false, launch(GS_SP_HOST_FUNC, GS_LAYER_DRIVER)},
+      {p.gs_k_capture, false, apis_with_role(GS_ROLE_CAPTURE)},
+  };
+  if (!cfg_.naming_only) probes.insert(probes.end(), counting.begin(), counting.end());
+  if (!driver_only_) {
+    probes.push_back({p.gs_k_cuda_launch, false, launch(GS_SP_RT_LAUNCH)});
+    probes.push_back({p.gs_k_cuda_launch_ex, false, launch(GS_SP_RT_LAUNCH_EX)});
+    probes.push_back({p.gs_k_cuda_graph, false, graph(GS_LAYER_RUNTIME)});
+    probes.push_back({p.gs_k_cuda_host_func, false, launch(GS_SP_HOST_FUNC, GS_LAYER_RUNTIME)});
+    probes.push_back({p.gs_k_launch_exit, true, runtime_launches});
+  }
   session.add(std::move(probes), multi);
   if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
     links_.emplace_back(l);
@@ -115,15 +174,30 @@ KernelsCollector::~KernelsCollector() = default;
 
 bool KernelRow::graph() const { return layer == GS_K_GRAPH; }
 
-void KernelsCollector::start(const UprobeSession& session) {
+void KernelsCollector::start(UprobeSession& session) {
   // Processes already running: their handle variables are read now, so that the ELF files
   // are parsed before counting is announced rather than on their first launch.
   for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
+  if (!cfg_.naming_only) return;
+  // trace reads its events in batches, often after a short-lived process has gone: its
+  // mappings are read while it runs, so that host functions and stubs still resolve.
+  for (pid_t pid : session.initial_pids()) syms_.snapshot(pid);
+  session.on_maps_changed([this](pid_t pid) {
+    syms_.forget(pid);
+    syms_.snapshot(pid);
+  });
 }
 
 void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
 
-void KernelsCollector::tick() { learn_new_keys(); }
+void KernelsCollector::tick() {
+  learn_new_keys();
+  auto now = std::chrono::steady_clock::now();
+  while (!forget_at_.empty() && forget_at_.front().second <= now) {
+    forget(forget_at_.front().first);
+    forget_at_.pop_front();
+  }
+}
 
 void KernelsCollector::drain() { rb_->drain(); }
 
@@ -168,7 +242,7 @@ void KernelsCollector::for_each_handle_var(
 std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
   for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
-    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path)};
+    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
   });
   return r;
 }
@@ -187,7 +261,7 @@ void KernelsCollector::scan_handle_vars(pid_t pid) {
     uint64_t h = 0;
     // Demangled only when new: a PyTorch process has tens of thousands of these.
     if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h}))
-      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path)});
+      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)});
   });
   close(mem);
 }
@@ -195,6 +269,10 @@ void KernelsCollector::scan_handle_vars(pid_t pid) {
 KernelsCollector::Name KernelsCollector::resolve(const Key& k, uint64_t caller, bool may_scan) {
   auto [pid, layer, handle] = k;
   if (layer == GS_K_GRAPH) return {fmt::format("[graph 0x{:x}]", handle), module_of(pid, caller)};
+  if (layer == GS_K_HOST) {
+    if (auto s = symbolize(static_cast<pid_t>(pid), handle, false)) return {"[host fn] " + s->kernel, s->module};
+    return {fmt::format("[host fn 0x{:x}]", handle), module_of(pid, caller)};
+  }
   auto lookup = [&](uint64_t h) -> const Name* {
     for (int hops = 0; hops < 3; hops++) {
       if (auto it = names_.find({pid, h}); it != names_.end()) return &it->second;
@@ -222,6 +300,7 @@ KernelsCollector::Name KernelsCollector::resolve(const Key& k, uint64_t caller, 
   if (n) return *n;
   // Without a GPU, libcudart hands out the stub's own address as the handle.
   if (auto s = symbolize(static_cast<pid_t>(pid), handle, true)) return *s;
+  if (auto d = driver_object_name(static_cast<pid_t>(pid), handle, caller)) return *d;
   std::string mod = module_of(static_cast<pid_t>(pid), caller);
   return {"[unknown " + mod + "]", mod};
 }
@@ -242,7 +321,8 @@ void KernelsCollector::on_event(const gs_k_event& e) {
         std::string full = read_user_string(pid, e.name_ptr, 4096);
         if (!full.empty()) name = std::move(full);
       }
-      names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller)};
+      names_[{e.pid, e.handle}] = {demangle(name), module_of(pid, e.caller), false, name};
+      check_layout(pid, e.handle, name);
       break;
     }
     case GS_NAMER_KERNEL_GET_FUNCTION: kernel_of_[{e.pid, e.handle}] = e.src; break;
@@ -253,6 +333,9 @@ void KernelsCollector::on_event(const gs_k_event& e) {
         names_[{e.pid, e.handle}] = *n;
       else if (auto n = symbolize(pid, e.src, false))
         names_[{e.pid, e.handle}] = *n;
+      else
+        break;
+      check_layout(pid, e.handle, names_[{e.pid, e.handle}].mangled);
       break;
   }
 }
@@ -324,6 +407,11 @@ void KernelsCollector::retry_unknown(std::optional<uint32_t> only) {
 }
 
 void KernelsCollector::process_exited(uint32_t pid) {
+  if (cfg_.naming_only) {
+    // Its last launches may still be queued in trace's ring buffer.
+    forget_at_.emplace_back(pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    return;
+  }
   learn_new_keys();
   retry_unknown(pid);
   auto counts = read_counts(pid);
@@ -334,6 +422,10 @@ void KernelsCollector::process_exited(uint32_t pid) {
     bpf_map_delete_elem(fd, &key);
     resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
   }
+  forget(pid);
+}
+
+void KernelsCollector::forget(uint32_t pid) {
   int afd = bpf_map__fd(skel_->maps.aliases);
   std::vector<gs_k_alias_key> dead;
   for_each_entry<gs_k_alias_key, uint64_t>(afd, [&](const gs_k_alias_key& k, uint64_t) {
@@ -341,10 +433,151 @@ void KernelsCollector::process_exited(uint32_t pid) {
   });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
   std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
+  std::erase_if(resolved_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
+  std::erase_if(guessed_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
+  std::erase_if(unknown_until_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
   std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });
   syms_.forget(static_cast<pid_t>(pid));
   var_scans_.erase(static_cast<pid_t>(pid));
+  driver_file_.erase(static_cast<pid_t>(pid));
+  std::erase_if(object_read_, [&](auto& ph) { return ph.first == pid; });
   comms_.erase(pid);
+}
+
+// The layout of the driver that the process maps, learned when it can be. Keyed by the
+// driver file, so a process with no named handle of its own uses what another one taught.
+KernelsCollector::DriverLayout* KernelsCollector::driver_layout(pid_t pid) {
+  auto f = driver_file_.find(pid);
+  if (f == driver_file_.end()) {
+    for (auto& m : read_proc_maps(pid))
+      if (m.is_file() && basename_of(m.path).starts_with("libcuda.so")) {
+        f = driver_file_.emplace(pid, std::pair{m.dev, m.ino}).first;
+        layouts_[f->second].lib = m.path;
+        break;
+      }
+    if (f == driver_file_.end()) return nullptr;  // no driver: runtime handles are stubs here
+  }
+  DriverLayout& l = layouts_[f->second];
+  if (l.offset < 0 && !l.failed) learn_layout(pid, l);
+  return &l;
+}
+
+// Accepts the first offset at which every checked handle (named by its naming call or its
+// handle variable) points at its own name; fails for good when none does.
+void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
+  // Only handles whose exact mangled name is known: a demangled name may be shown in part.
+  std::vector<std::pair<uint64_t, const std::string*>> known;
+  for (auto it = names_.lower_bound({static_cast<uint32_t>(pid), 0});
+       it != names_.end() && it->first.first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
+    if (!it->second.from_driver_object && !it->second.mangled.empty())
+      known.emplace_back(it->first.second, &it->second.mangled);
+  if (known.empty()) {
+    if (!l.said_waiting)
+      notes_.push_back(
+          fmt::format("kernels: no named kernel handle yet in process {} to learn {}'s object layout "
+                      "from: handles named before gpuscope started stay unknown until one is",
+                      pid, basename_of(l.lib)));
+    l.said_waiting = true;
+    return;
+  }
+  int mem = open_mem(pid);
+  if (mem < 0) return;
+  for (int off = 0; off <= kMaxLayoutOffset && l.offset < 0; off += 8) {
+    bool all = true;
+    for (auto& [h, name] : known) {
+      auto n = object_name(mem, h, off);
+      if (!n || *n != *name) {
+        all = false;
+        break;
+      }
+    }
+    if (all) l.offset = off;
+  }
+  close(mem);
+  if (l.offset >= 0) {
+    notes_.push_back(
+        fmt::format("kernels: {} keeps a kernel's name at +{} of its function objects (checked "
+                    "against {} named handles): handles named before gpuscope started are read there",
+                    basename_of(l.lib), l.offset, known.size()));
+  } else {
+    l.failed = true;
+    // What the first objects hold, for a user (or a bug report) to see why nothing matched.
+    std::string seen;
+    if (int m = open_mem(pid); m >= 0) {
+      for (size_t i = 0; i < known.size() && i < 2; i++) {
+        seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
+        for (int off = 0; off <= 32; off += 8) {
+          auto n = object_name(m, known[i].first, off);
+          uint64_t v = 0;
+          if (pread(m, &v, sizeof v, static_cast<off_t>(known[i].first + off)) != sizeof v) break;
+          seen += fmt::format(" +{}=0x{:x}{}", off, v, n ? " (" + n->substr(0, 80) + ")" : "");
+        }
+      }
+      close(m);
+    }
+    notes_.push_back(
+        fmt::format("kernels: {}'s function objects hold no name that matches {} named handles at any "
+                    "offset up to +{}: handles named before gpuscope started stay unknown{}",
+                    basename_of(l.lib), known.size(), kMaxLayoutOffset, seen));
+  }
+}
+
+// A handle no naming call or handle variable named (cuBLAS's, loaded before gpuscope):
+// its name read once from the driver's object, through the learned layout.
+std::optional<KernelsCollector::Name> KernelsCollector::driver_object_name(pid_t pid, uint64_t handle,
+                                                                           uint64_t caller) {
+  DriverLayout* l = driver_layout(pid);
+  if (!l || l->offset < 0 || !object_read_.insert({static_cast<uint32_t>(pid), handle}).second) return std::nullopt;
+  int mem = open_mem(pid);
+  if (mem < 0) return std::nullopt;
+  auto raw = object_name(mem, handle, l->offset);
+  close(mem);
+  if (!raw) return std::nullopt;
+  Name n{demangle(*raw), module_of(pid, caller), true};
+  names_[{static_cast<uint32_t>(pid), handle}] = n;
+  return n;
+}
+
+// Each handle named by its naming call checks a learned layout again; one that disagrees
+// withdraws the layout and every name read through it.
+void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::string& mangled) {
+  auto f = driver_file_.find(pid);
+  if (f == driver_file_.end() || mangled.empty()) return;
+  DriverLayout& l = layouts_[f->second];
+  if (l.offset < 0) return;
+  int mem = open_mem(pid);
+  if (mem < 0) return;
+  auto n = object_name(mem, handle, l.offset);
+  close(mem);
+  if (n && *n == mangled) return;
+  notes_.push_back(fmt::format("kernels: {}'s object for {} does not name it at +{}: names read there are withdrawn",
+                               basename_of(l.lib), mangled, l.offset));
+  l.offset = -1;
+  l.failed = true;
+  std::erase_if(names_, [](auto& kv) { return kv.second.from_driver_object; });
+  for (auto it = resolved_.begin(); it != resolved_.end();)
+    if (it->second.from_driver_object) {
+      guessed_[it->first] = {"[unknown " + it->second.module + "]", it->second.module};
+      it = resolved_.erase(it);
+    } else {
+      ++it;
+    }
+}
+
+std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_function) {
+  Key k{pid, host_function ? GS_K_HOST : GS_K_DRIVER, handle};
+  if (auto it = resolved_.find(k); it != resolved_.end()) return it->second.kernel;
+  auto now = std::chrono::steady_clock::now();
+  if (auto it = unknown_until_.find(k); it != unknown_until_.end() && now < it->second) return "";
+  rb_->drain();  // a naming call just before this launch
+  if (comms_[pid].empty()) comms_[pid] = proc_comm(static_cast<pid_t>(pid));
+  Name nm = resolve(k, 0);
+  if (nm.kernel.starts_with("[unknown") || nm.kernel.starts_with("[host fn 0x")) {
+    unknown_until_[k] = now + std::chrono::seconds(1);
+    return "";
+  }
+  unknown_until_.erase(k);
+  return (resolved_[k] = std::move(nm)).kernel;
 }
 
 KernelsCollector::Stats KernelsCollector::stats() const {

@@ -10,16 +10,19 @@
 #define GS_K_MAX_ROWS 65536
 #define GS_K_NAME_LEN 128
 
-enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH };
+/* GS_K_HOST: a host function enqueued in a stream (cudaLaunchHostFunc, cuLaunchHostFunc). */
+enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH, GS_K_HOST };
 
 /* The launch programs, one per kind: where the handle and the stream are. */
 enum gs_k_site {
 	GS_K_CUDA_LAUNCH,     /* cudaLaunchKernel(func, grid, block, args, smem, stream) */
 	GS_K_CUDA_LAUNCH_EX,  /* cudaLaunchKernelExC(config, func, args) */
 	GS_K_CUDA_GRAPH,      /* cudaGraphLaunch(exec, stream) */
+	GS_K_CUDA_HOST_FUNC,  /* cudaLaunchHostFunc(stream, fn, data) */
 	GS_K_CU_LAUNCH,       /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, ...) */
 	GS_K_CU_LAUNCH_EX,    /* cuLaunchKernelEx(config, f, params, extra) */
 	GS_K_CU_GRAPH,        /* cuGraphLaunch(exec, stream) */
+	GS_K_CU_HOST_FUNC,    /* cuLaunchHostFunc(stream, fn, data) */
 };
 
 

@@ -16,6 +16,7 @@
 #include "core/output.h"
 #include "core/system.h"
 #include "gputime/gputime_collector.h"
+#include "kernels/kernels.h"
 #include "kernels/kernels_collector.h"
 
 namespace gpuscope {
@@ -27,6 +28,7 @@ struct KernelsOptions {
   Scope scope;
   double interval_s = 1;
   unsigned top = 0;  // 0: every row
+  std::string count_layer = "auto";
   std::vector<std::string> cupti_libs;
 };
 
@@ -159,7 +161,11 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
     if (o_.common.json) {
       JsonLine j(out_.buf());
       j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
-      j.str("module", module).num("launches", r.launches);
+      j.str("module", module)
+          .str("kind", r.first->graph()              ? "graph"
+                       : r.first->layer == GS_K_HOST ? "host_function"
+                                                     : "kernel");
+      j.num("launches", r.launches);
       if (exited) j.boolean("exited", true);
       if (g) {
         j.num("gpu_kernels", g->count).num("gpu_time_ns", g->total_ns).num("gpu_mean_ns", g->total_ns / g->count);
@@ -186,7 +192,15 @@ int run_kernels(const KernelsOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  KernelsCollector kernels(session, {o.scope.comm});
+  CountLayer layer = o.count_layer == "driver" ? CountLayer::Driver
+                     : o.count_layer == "both" ? CountLayer::Both
+                                               : CountLayer::Auto;
+  KernelsCollector kernels(session, {o.scope.comm, layer});
+  if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", kernels.layer_reason().c_str());
+  auto say_notes = [&] {
+    for (auto& n : kernels.take_notes())
+      if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", n.c_str());
+  };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
   // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
@@ -211,8 +225,14 @@ int run_kernels(const KernelsOptions& o) {
   kernels.watch(loop);
   if (gpu) gpu->watch(loop);
   session.watch(loop);
-  loop.after_wakeup([&] { kernels.tick(); });
-  loop.every(o.interval_s, [&] { view.interval(kernels.snapshot()); });
+  loop.after_wakeup([&] {
+    kernels.tick();
+    say_notes();
+  });
+  loop.every(o.interval_s, [&] {
+    view.interval(kernels.snapshot());
+    say_notes();
+  });
   auto st = session.stats();
   fprintf(stderr,
           "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
@@ -223,6 +243,7 @@ int run_kernels(const KernelsOptions& o) {
   session.detach();
   kernels.drain();
   view.interval(kernels.snapshot());
+  say_notes();
   view.stats(kernels.stats());
   if (gpu) report_gpu_losses(gpu->stats());
   return 0;
@@ -236,6 +257,10 @@ void register_kernels(CLI::App& app) {
   add_common_flags(cmd, o->common);
   add_scope_flags(cmd, o->scope);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
+  cmd->add_option("--count-layer", o->count_layer,
+                  "Where launches are counted: driver (one probe per launch), both (runtime launches at the "
+                  "runtime layer), auto (driver when the NVIDIA driver is loaded; default)")
+      ->check(CLI::IsMember({"auto", "driver", "both"}));
   cmd->add_option("--cupti-lib", o->cupti_libs,
                   "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);

@@ -6,12 +6,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/bpf.h"
@@ -37,10 +40,18 @@ struct KernelRow {
   bool graph() const;
 };
 
+// Where launches are counted. Every launch that runs reaches the driver's exported entry
+// points, so with a driver loaded one probe per launch at that layer counts them all; without
+// one (no GPU), runtime launches fail before reaching it and are counted where they are made.
+enum class CountLayer { Auto, Driver, Both };
+
 class KernelsCollector {
  public:
   struct Config {
     std::string comm;
+    CountLayer layer = CountLayer::Auto;
+    // Only the naming calls are probed (trace names its launches): nothing is counted.
+    bool naming_only = false;
   };
   struct Stats {
     uint64_t rows_full = 0;  // launches not counted: row map full
@@ -58,7 +69,7 @@ class KernelsCollector {
   const std::string& exit_hook_error() const { return exit_hook_error_; }
   void on_exit(ExitSink sink) { exit_sink_ = std::move(sink); }
   // After session.start(): reads the handle variables of the processes already running.
-  void start(const UprobeSession& session);
+  void start(UprobeSession& session);
   // The naming and exit events.
   void watch(EventLoop& loop);
   // After each wake-up: names rows new since, while their process still runs.
@@ -67,6 +78,14 @@ class KernelsCollector {
   // Every current row, named (unknown rows are tried again), in (pid, layer, handle) order.
   std::vector<KernelRow> snapshot();
   Stats stats() const;
+  bool driver_only() const { return driver_only_; }
+  // The kernel a launch's handle names (or the host function), from the same names the
+  // counted rows get; empty while unknown (asked again after a second).
+  std::string name_of(uint32_t pid, uint64_t handle, bool host_function);
+  // Why launches are counted where they are: the first line of -v.
+  const std::string& layer_reason() const { return layer_reason_; }
+  // What -v says once about naming (learned or failed driver layouts); emptied by the call.
+  std::vector<std::string> take_notes() { return std::exchange(notes_, {}); }
 
  private:
   // The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab).
@@ -77,6 +96,16 @@ class KernelsCollector {
   };
   struct Name {
     std::string kernel, module;
+    bool from_driver_object = false;  // read through the learned driver layout
+    std::string mangled;              // exactly as the driver names it; empty when not known exactly
+  };
+  // Where the driver's function objects keep a pointer to the kernel's mangled name: the
+  // driver's private layout, learned from handles named by their naming calls, per file.
+  struct DriverLayout {
+    std::string lib;
+    int offset = -1;  // learned offset; -1 while unknown
+    bool failed = false;
+    bool said_waiting = false;
   };
   using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
   using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
@@ -95,6 +124,11 @@ class KernelsCollector {
   std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
   void process_exited(uint32_t pid);
+  void forget(uint32_t pid);  // every name and state of an exited process
+  DriverLayout* driver_layout(pid_t pid);
+  void learn_layout(pid_t pid, DriverLayout& l);
+  std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
+  void check_layout(pid_t pid, uint64_t handle, const std::string& mangled);
 
   Config cfg_;
   std::unique_ptr<kernels_bpf, void (*)(kernels_bpf*)> skel_;
@@ -111,6 +145,14 @@ class KernelsCollector {
   Symbolizer syms_;
   std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
+  bool driver_only_ = false;
+  std::string layer_reason_;
+  std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;
+  std::map<pid_t, std::pair<dev_t, ino_t>> driver_file_;  // the driver library a process maps
+  std::set<PH> object_read_;                              // handles read through the layout once
+  std::vector<std::string> notes_;
+  std::map<Key, std::chrono::steady_clock::time_point> unknown_until_;                // name_of's misses
+  std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
 };
 
 }  // namespace gpuscope

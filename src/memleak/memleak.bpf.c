@@ -12,10 +12,12 @@
 #include "common/comm_filter.bpf.h"
 #include "memleak/memleak.h"
 #include "common/drops.bpf.h"
+#include "python/pyframes.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool capture_stacks = false;
+const volatile bool py_walk = false; /* CPython frames of allocating stacks */
 
 /* CLOCK_BOOTTIME when userspace last attached probes to a newly found object: a process
  * that started before that may have allocated where gpuscope did not see it. */
@@ -184,6 +186,7 @@ static __always_inline void save_stack(struct pt_regs *ctx, struct gs_ml_key *k)
 	__u64 i = (__u64)n / 8;
 	if (i < GS_ML_STACK_DEPTH)
 		s->ips[i] = 0;
+	s->py_hash = py_walk ? gs_py_capture(bpf_get_current_task_btf()) : 0;
 	if (bpf_map_update_elem(&ml_stacks, k, s, BPF_ANY) != 0)
 		count_drop(GS_ML_DROP_STACKS);
 }

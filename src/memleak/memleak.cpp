@@ -35,6 +35,7 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     auto* ro = skel->rodata;
     set_comm_filter(ro, cfg_.comm);
     ro->capture_stacks = cfg_.stacks;
+    ro->py_walk = cfg_.stacks && cfg_.py_frames;
     if (cfg_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, GS_ML_MAX_ALLOCS);
     return std::vector<bpf_program*>{skel->progs.ml_enter, skel->progs.ml_exit};
   });
@@ -51,6 +52,15 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
   session.add({{skel_->progs.ml_enter, false, rows}, {skel_->progs.ml_exit, true, rows}}, multi,
               [this](const CudaObject&) { attached_new_ = true; });
   if (!exits) exit_hook_error_ = strerror(errno);
+  if (skel_->rodata->py_walk) {
+    auto& m = skel_->maps;
+    py_ = std::make_unique<PyStacks>(
+        PyStacks::Maps{bpf_map__fd(m.gs_py_procs), bpf_map__fd(m.gs_py_tstates), bpf_map__fd(m.gs_py_stacks),
+                       bpf_map__fd(m.gs_py_counters), bpf_map__fd(m.gs_py_events)},
+        [this](const std::string& line) {
+          if (note_) note_(line);
+        });
+  }
   rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.ml_events), [this](const void* d, size_t sz) {
     if (sz >= sizeof(gs_ml_event)) on_event(*static_cast<const gs_ml_event*>(d));
   });
@@ -65,11 +75,20 @@ void MemleakCollector::start(UprobeSession& session) {
   attached_new_ = false;
   if (cfg_.stacks) {
     for (pid_t p : cfg_.pids) stacks_.snapshot(p);
-    session.on_maps_changed([this](pid_t p) { stacks_.snapshot(p); });
+    // A process that maps a CUDA library is about to allocate: its interpreter is found now.
+    for (pid_t p : session.initial_pids())
+      if (py_) py_->track(p);
+    session.on_maps_changed([this](pid_t p) {
+      stacks_.snapshot(p);
+      if (py_) py_->track(p);
+    });
   }
 }
 
-void MemleakCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
+void MemleakCollector::watch(EventLoop& loop) {
+  loop.watch(*rb_);
+  if (py_) loop.watch(py_->events());
+}
 
 const std::string& MemleakCollector::comm_of(uint32_t pid) {
   auto& c = comms_[pid];
@@ -127,7 +146,7 @@ MemleakLeak MemleakCollector::leak_row(const gs_ml_key& k, const gs_ml_alloc& a,
 
 void MemleakCollector::read_stack(const gs_ml_key& k, MemleakLeak& row) {
   if (!cfg_.stacks) return;
-  gs_ml_stack s;
+  gs_ml_stack s{};
   if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.ml_stacks), &k, &s) == 0)
     for (uint64_t ip : s.ips) {
       // A frame-pointer walk that leaves code built without frame pointers (libc's start
@@ -135,6 +154,7 @@ void MemleakCollector::read_stack(const gs_ml_key& k, MemleakLeak& row) {
       if (!ip || ip >= 0x800000000000ULL) break;
       row.stack.push_back(stacks_.user(static_cast<pid_t>(k.pid), ip, true, true));
     }
+  if (py_ && s.py_hash) row.stack = py_merge(row.stack, py_->frames(static_cast<pid_t>(k.pid), s.py_hash));
 }
 
 // Final rows of processes that exited or exec'd, then their state is deleted: allocations,
@@ -209,6 +229,10 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
   for (auto& e : ends) {
     comms_.erase(e.life.pid);  // exec: the new image has its own name
     if (e.state == "exited") stacks_.forget(static_cast<pid_t>(e.life.pid));
+    if (py_) {  // exec: new code objects, maybe another interpreter or none
+      py_->forget(static_cast<pid_t>(e.life.pid));
+      if (e.state == "exec") py_->track(static_cast<pid_t>(e.life.pid));
+    }
   }
 }
 
@@ -218,7 +242,10 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
 void MemleakCollector::sweep() {
   if (cfg_.stacks) {
     for (pid_t p : dying_)
-      if (!pid_exists(p)) stacks_.forget(p);
+      if (!pid_exists(p)) {
+        stacks_.forget(p);
+        if (py_) py_->forget(p);
+      }
     dying_.clear();
     for (pid_t p : stacks_.pids())
       if (!pid_exists(p)) dying_.insert(p);
@@ -283,6 +310,7 @@ void MemleakCollector::tick() {
   if (cfg_.stacks)
     for_each_entry<uint32_t, gs_ml_proc>(bpf_map__fd(skel_->maps.ml_procs), [&](uint32_t pid, const gs_ml_proc&) {
       if (!stacks_.has(static_cast<pid_t>(pid))) stacks_.snapshot(static_cast<pid_t>(pid));
+      if (py_) py_->track(static_cast<pid_t>(pid));
     });
 }
 
@@ -294,9 +322,10 @@ void MemleakCollector::drain() {
 
 MemleakCollector::Stats MemleakCollector::stats() const {
   int dfd = bpf_map__fd(skel_->maps.ml_drops);
-  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL), percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
-          percpu_sum(dfd, GS_ML_DROP_EVENTS),      percpu_sum(dfd, GS_ML_DROP_NO_STATE),
-          percpu_sum(dfd, GS_ML_DROP_STACKS),      percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL)};
+  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL),     percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
+          percpu_sum(dfd, GS_ML_DROP_EVENTS),          percpu_sum(dfd, GS_ML_DROP_NO_STATE),
+          percpu_sum(dfd, GS_ML_DROP_STACKS),          percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL),
+          py_ ? py_->counters() : PyStacks::Counters{}};
 }
 
 }  // namespace gpuscope

@@ -49,6 +49,7 @@ struct gs_ml_alloc {
 
 struct gs_ml_stack {
 	__u64 ips[GS_ML_STACK_DEPTH]; /* user return addresses, innermost first; 0 ends */
+	__u64 py_hash;                /* the CPython frame chain (python/pyframes.h); 0: none */
 };
 
 /* A recently freed address (LRU), remembered to recognise a second free of it. */
@@ -123,7 +124,7 @@ static_assert(sizeof(gs_ml_key) == 24);
 static_assert(sizeof(gs_ml_alloc) == 40);
 static_assert(offsetof(gs_ml_alloc, site) == 24);
 static_assert(offsetof(gs_ml_alloc, device) == 28);
-static_assert(sizeof(gs_ml_stack) == 8 * GS_ML_STACK_DEPTH);
+static_assert(sizeof(gs_ml_stack) == 8 * GS_ML_STACK_DEPTH + 8);
 static_assert(sizeof(gs_ml_freed) == 8);
 static_assert(sizeof(gs_ml_err_key) == 16);
 static_assert(offsetof(gs_ml_err_key, code) == 8);

@@ -25,6 +25,7 @@ struct MemleakOptions {
   double interval_s = 5;
   double min_age_s = 0;  // 0: no suspected leaks while processes run
   bool stacks = false;
+  bool no_py_frames = false;
 };
 
 const char* layer_str(unsigned l) { return l == GS_LAYER_RUNTIME ? "runtime" : "driver"; }
@@ -244,18 +245,24 @@ void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st
         .num("calls_without_thread_state", d.no_thread_state)
         .num("stacks_lost", d.stacks_lost)
         .num("error_codes_not_recorded", d.error_codes_lost)
+        .num("py_chains_truncated", d.py.truncated)
+        .num("py_walks_unreadable", d.py.read_errors)
+        .num("py_chains_not_kept", d.py.stacks_full)
+        .num("py_notices_lost", d.py.events_lost)
         .num("probes", st.probes)
         .num("objects", st.objects)
         .num("attach_failures", st.attach_failures)
         .num("attach_retries", st.attach_retries)
         .end();
   } else if (d.allocs_map_full || d.procs_map_full || d.events_lost || d.no_thread_state || d.stacks_lost ||
-             d.error_codes_lost) {
+             d.error_codes_lost || d.py.truncated || d.py.read_errors || d.py.stacks_full || d.py.events_lost) {
     fmt::format_to(std::back_inserter(out_.buf()),
                    "not recorded: {} allocations (map full), {} calls of untracked processes (map full), {} events "
-                   "(ring buffer full), {} calls without thread state, {} stacks, {} error codes\n",
+                   "(ring buffer full), {} calls without thread state, {} stacks, {} error codes; Python chains: {} "
+                   "cut at {} frames, {} unreadable mid-walk, {} not kept (map full), {} named late\n",
                    d.allocs_map_full, d.procs_map_full, d.events_lost, d.no_thread_state, d.stacks_lost,
-                   d.error_codes_lost);
+                   d.error_codes_lost, d.py.truncated, GS_PY_MAX_DEPTH, d.py.read_errors, d.py.stacks_full,
+                   d.py.events_lost);
   }
   out_.flush();
 }
@@ -265,7 +272,8 @@ int run_memleak(const MemleakOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  MemleakCollector memleak(session, {o.scope.comm, o.scope.pids, o.stacks});
+  MemleakCollector memleak(session, {o.scope.comm, o.scope.pids, o.stacks, !o.no_py_frames});
+  memleak.on_note([](const std::string& line) { fprintf(stderr, "gpuscope: %s\n", line.c_str()); });
   if (!memleak.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exits are noticed by a sweep every interval\n",
             memleak.exit_hook_error().c_str());
@@ -314,6 +322,8 @@ void register_memleak(CLI::App& app) {
   add_number(cmd, "--min-age", o->min_age_s, "List live allocations older than SECONDS as suspected leaks", "seconds",
              0.001, 31536000);
   cmd->add_flag("--stacks", o->stacks, "Record and symbolize the allocating user stack");
+  cmd->add_flag("--no-py-frames", o->no_py_frames,
+                "With --stacks: do not read CPython frames from the interpreter's memory");
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope memleak                        # every process, summary every 5 s, leak report at exit\n"

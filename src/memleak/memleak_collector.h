@@ -21,6 +21,7 @@
 #include "core/symbolizer.h"
 #include "core/uprobe_session.h"
 #include "memleak/memleak.h"
+#include "python/pystacks.h"
 
 struct memleak_bpf;
 
@@ -83,6 +84,7 @@ class MemleakCollector {
     std::string comm;
     std::vector<pid_t> pids;  // -p: their stacks' mappings are read from the start
     bool stacks = false;      // record and symbolize allocating stacks
+    bool py_frames = true;    // with stacks: CPython frames read from the interpreter
   };
   struct Stats {
     uint64_t allocs_map_full = 0;   // allocations not recorded: map full
@@ -91,6 +93,7 @@ class MemleakCollector {
     uint64_t no_thread_state = 0;   // calls without per-thread state
     uint64_t stacks_lost = 0;       // stack map full or stack unreadable
     uint64_t error_codes_lost = 0;  // failures counted without their code: map full
+    PyStacks::Counters py;          // the CPython walk's
   };
   using FreeSink = std::function<void(const MemleakFreeEvent&)>;
   // A process that ended (exit or exec): its final summary and what it never freed, oldest first.
@@ -112,6 +115,8 @@ class MemleakCollector {
   void tick();
   // Reports processes that are gone without an exit record (lost, or no exit hook).
   void sweep();
+  // Where the CPython walk says what it cannot do (once per version).
+  void on_note(std::function<void(const std::string&)> fn) { note_ = std::move(fn); }
   // Takes the records left and reports the processes that ended.
   void drain();
   // The running processes; with min_age_ns, also their live allocations at least that old.
@@ -147,8 +152,10 @@ class MemleakCollector {
   std::unique_ptr<RingBuffer> rb_;
   std::string exit_hook_error_;
   FreeSink free_sink_;
+  std::function<void(const std::string&)> note_;
   EndSink end_sink_;
   Symbolizer stacks_;  // snapshots maps and symbols while a process lives
+  std::unique_ptr<PyStacks> py_;
   std::vector<Ending> pending_;
   std::set<pid_t> dying_;
   std::map<uint32_t, std::string> comms_;

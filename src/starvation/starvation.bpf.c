@@ -10,6 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "bridge/bridge_maps.h"
 #include "starvation/starvation.h"
+#include "python/pyframes.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -20,6 +21,7 @@ const volatile bool switch_ustack = false; /* stack at a starving switch-out */
 const volatile bool switch_kstack = false;
 const volatile bool sample_ustack = false; /* stacks of starving cpu-clock samples */
 const volatile bool sample_kstack = false;
+const volatile bool py_walk = false; /* CPython frames of sampled stacks */
 
 /* The device "last active" latch: boot time of the newest busy sample seen per device. It only
  * moves forward; userspace starts it at load time, so idleness is counted from then at most. */
@@ -335,6 +337,8 @@ int gs_s_sample(struct bpf_perf_event_data *ctx)
 	key.tid = st->tid;
 	key.ustack_id = sample_ustack ? stack_id(ctx, BPF_F_USER_STACK) : -1;
 	key.kstack_id = sample_kstack ? stack_id(ctx, 0) : -1;
+	if (py_walk)
+		key.py_hash = gs_py_capture(t);
 	cnt = bpf_map_lookup_elem(&samples, &key);
 	if (cnt) {
 		__sync_fetch_and_add(cnt, 1);

@@ -25,6 +25,7 @@
 #include "core/symbolizer.h"
 #include "core/fd.h"
 #include "core/system.h"
+#include "python/pystacks.h"
 #include "starvation.skel.h"
 #include "starvation/flamegraph.h"
 #include "starvation/starvation.h"
@@ -114,7 +115,7 @@ class Starvation {
   void refresh_tgids();
   void say(const BridgeView& v);
   void report();
-  const std::vector<std::string>& ustack(uint32_t pid, int id);
+  const std::vector<std::string>& ustack(uint32_t pid, int id, uint64_t py_hash);
   const std::vector<std::string>& kstack(int id);
   std::vector<std::string> folded_frames(const gs_s_sample_key& k, const std::string& comm, const std::string& thread);
   bool wanted(uint32_t pid, const std::string& comm) const;
@@ -137,14 +138,17 @@ class Starvation {
   struct KeyHash {
     size_t operator()(const gs_s_sample_key& k) const {
       return std::hash<uint64_t>()((uint64_t{k.tid} << 32) ^ static_cast<uint32_t>(k.ustack_id) ^
-                                   (uint64_t(static_cast<uint32_t>(k.kstack_id)) << 16));
+                                   (uint64_t(static_cast<uint32_t>(k.kstack_id)) << 16) ^ k.py_hash);
     }
   };
   struct KeyEq {
     bool operator()(const gs_s_sample_key& a, const gs_s_sample_key& b) const { return !memcmp(&a, &b, sizeof a); }
   };
   std::unordered_map<gs_s_sample_key, uint64_t, KeyHash, KeyEq> sample_snaps_;
-  std::map<std::pair<uint32_t, int>, std::vector<std::string>> ustacks_;
+  std::map<std::tuple<uint32_t, int, uint64_t>, std::vector<std::string>> ustacks_;
+  std::unique_ptr<PyStacks> py_;
+  std::set<uint32_t> py_seen_;  // tgids looked at for an interpreter
+  bool py_recheck_ = false;     // look again (once a second): a process may have exec'd a Python
   std::map<int, std::vector<std::string>> kstacks_;
   std::unordered_map<uint32_t, std::string> containers_;
   Symbolizer sym_;
@@ -206,6 +210,7 @@ void Starvation::load(Pins pins) {
   ro->switch_kstack = o_.collect_kstack;
   ro->sample_ustack = o_.collect_ustack || !o_.folded.empty() || !o_.svg.empty();
   ro->sample_kstack = o_.collect_kstack;
+  ro->py_walk = ro->sample_ustack && !o_.no_py_frames;
   if (pins.ok) {
     bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
     for (int i = 0; i < 4; i++)
@@ -218,11 +223,29 @@ void Starvation::load(Pins pins) {
   // Idle is counted from now at most: what the GPU did before we looked is unknown.
   uint64_t now = boottime_ns();
   for (auto& t : skel_->bss->last_active_ns) t = now;
+  py_.reset();
+  py_seen_.clear();
+  if (skel_->rodata->py_walk) {
+    auto& m = skel_->maps;
+    py_ = std::make_unique<PyStacks>(
+        PyStacks::Maps{bpf_map__fd(m.gs_py_procs), bpf_map__fd(m.gs_py_tstates), bpf_map__fd(m.gs_py_stacks),
+                       bpf_map__fd(m.gs_py_counters), bpf_map__fd(m.gs_py_events)},
+        [](const std::string& line) { fprintf(stderr, "gpuscope: %s\n", line.c_str()); });
+  }
   refresh_tgids();
   bpf_link* l = bpf_program__attach(skel_->progs.gs_s_switch);
   if (!l) throw UsageError(std::string("cannot attach tp_btf/sched_switch: ") + strerror(errno));
   links_.emplace_back(l);
   attach_samplers();
+  if (py_) {
+    if (bpf_link* pl = bpf_program__attach(skel_->progs.gs_py_exec))
+      links_.emplace_back(pl);
+    else
+      fprintf(stderr,
+              "gpuscope: cannot attach tp_btf/sched_process_exec (%s): a Python process that execs keeps "
+              "its old interpreter layout until it exits\n",
+              strerror(errno));
+  }
   pins_ = std::move(pins);
   snaps_.clear();
   sample_snaps_.clear();
@@ -232,6 +255,7 @@ void Starvation::load(Pins pins) {
 
 void Starvation::unload() {
   links_.clear();
+  py_.reset();
   skel_.reset();
 }
 
@@ -275,6 +299,9 @@ void Starvation::refresh_tgids() {
   for (void* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
     key = next;
     bits[(key / 64) % GS_S_TGID_WORDS] |= 1ull << (key % 64);
+    // The walk needs the interpreter's layout before the process's samples come.
+    if (py_ && (py_seen_.insert(key).second || py_recheck_) && wanted(key, proc_comm(static_cast<pid_t>(key))))
+      py_->track(static_cast<pid_t>(key));
   }
   volatile __u64* live = skel_->bss->gpu_tgid_bits;
   for (size_t i = 0; i < bits.size(); i++)
@@ -337,16 +364,17 @@ bool Starvation::wanted(uint32_t pid, const std::string& comm) const {
   return o_.comm.empty() || o_.comm == comm;
 }
 
-const std::vector<std::string>& Starvation::ustack(uint32_t pid, int id) {
+const std::vector<std::string>& Starvation::ustack(uint32_t pid, int id, uint64_t py_hash) {
   static const std::vector<std::string> none;
-  if (id < 0) return none;
-  auto key = std::make_pair(pid, id);
+  if (id < 0 && !py_hash) return none;
+  auto key = std::make_tuple(pid, id, py_hash);
   auto it = ustacks_.find(key);
   if (it != ustacks_.end()) return it->second;
   uint64_t ips[GS_S_STACK_DEPTH] = {};
   std::vector<std::string> frames;
-  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stacks), &id, ips) == 0)
+  if (id >= 0 && bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stacks), &id, ips) == 0)
     frames = sym_.user_stack(static_cast<pid_t>(pid), ips, GS_S_STACK_DEPTH);
+  if (py_ && py_hash) frames = py_merge(frames, py_->frames(static_cast<pid_t>(pid), py_hash));
   return ustacks_.emplace(key, std::move(frames)).first->second;
 }
 
@@ -372,7 +400,7 @@ const std::vector<std::string>& Starvation::kstack(int id) {
 std::vector<std::string> Starvation::folded_frames(const gs_s_sample_key& k, const std::string& comm,
                                                    const std::string& thread) {
   std::vector<std::string> f{comm, thread};
-  auto& u = ustack(k.pid, k.ustack_id);
+  auto& u = ustack(k.pid, k.ustack_id, k.py_hash);
   f.insert(f.end(), u.rbegin(), u.rend());
   auto& ks = kstack(k.kstack_id);
   for (auto it = ks.rbegin(); it != ks.rend(); ++it) f.push_back(*it + "_[k]");
@@ -455,9 +483,10 @@ void Starvation::report() {
     std::vector<std::string> us, ks;
     if (stacks_) {
       int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
+      uint64_t py_hash = 0;
       if (auto b = busiest.find(tid); b != busiest.end())
-        uid = b->second.first.ustack_id, kid = b->second.first.kstack_id;
-      if (o_.collect_ustack) us = ustack(pid, uid);
+        uid = b->second.first.ustack_id, kid = b->second.first.kstack_id, py_hash = b->second.first.py_hash;
+      if (o_.collect_ustack) us = ustack(pid, uid, py_hash);
       if (o_.collect_kstack) ks = kstack(kid);
     }
     rows_++;
@@ -511,7 +540,9 @@ void Starvation::prune(const std::set<uint32_t>& seen) {
   for (uint32_t pid : gone_pids) {
     sym_.forget(static_cast<pid_t>(pid));
     containers_.erase(pid);
-    std::erase_if(ustacks_, [&](auto& kv) { return kv.first.first == pid; });
+    std::erase_if(ustacks_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
+    if (py_) py_->forget(static_cast<pid_t>(pid));
+    py_seen_.erase(pid);
   }
 }
 
@@ -548,11 +579,26 @@ int Starvation::run() {
   auto next_report = clock::now() + std::chrono::seconds(1);
   auto next_watch = clock::now() + std::chrono::milliseconds(250);
   auto next_tgids = clock::now();
+  auto next_py_recheck = clock::now() + std::chrono::seconds(1);
   while (!stop.should_stop()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     auto now = clock::now();
+    if (py_) py_->poll();
     if (now >= next_tgids) {
+      py_recheck_ = now >= next_py_recheck;
+      if (py_recheck_) {
+        next_py_recheck = now + std::chrono::seconds(1);
+        // Processes that exited without a row (never starved) leave the walk's maps too.
+        for (auto it = py_seen_.begin(); it != py_seen_.end();)
+          if (!pid_exists(static_cast<pid_t>(*it))) {
+            if (py_) py_->forget(static_cast<pid_t>(*it));
+            it = py_seen_.erase(it);
+          } else {
+            ++it;
+          }
+      }
       refresh_tgids();
+      py_recheck_ = false;
       next_tgids = now + std::chrono::milliseconds(50);
     }
     if (now >= next_watch) {
@@ -569,14 +615,21 @@ int Starvation::run() {
   uint64_t lost_threads = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_THREAD);
   uint64_t lost_samples = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_SAMPLE_KEY);
   uint64_t lost_stacks = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_STACK_ERR);
+  std::string py_drops = py_ ? py_->drops_text() : "";
+  if (o_.verbose && py_) {
+    auto c = py_->counters();
+    fprintf(stderr, "gpuscope: %llu Python walks, %llu in threads without a PyThreadState\n",
+            (unsigned long long)c.walks, (unsigned long long)c.no_tstate);
+  }
   if (o_.verbose)
     fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
             (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_SAMPLES),
             (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_LATCH_TICKS));
   unload();
-  if (lost_threads || lost_samples || lost_stacks)
-    fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks\n",
-            (unsigned long long)lost_threads, (unsigned long long)lost_samples, (unsigned long long)lost_stacks);
+  if (lost_threads || lost_samples || lost_stacks || !py_drops.empty())
+    fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks%s\n",
+            (unsigned long long)lost_threads, (unsigned long long)lost_samples, (unsigned long long)lost_stacks,
+            py_drops.c_str());
   uint64_t total = 0;
   for (auto& [_, w] : folded_) total += w;
   if (!o_.folded.empty()) {

@@ -53,6 +53,7 @@ struct gs_s_sample_key {
 	__u32 tid;
 	__s32 ustack_id; /* <0: none */
 	__s32 kstack_id; /* <0: none (a sample in user mode has no kernel stack) */
+	__u64 py_hash;   /* the CPython frame chain (python/pyframes.h); 0: none */
 };
 
 enum gs_s_counter {
@@ -72,7 +73,8 @@ static_assert(offsetof(gs_s_thread, pid) == 40);
 static_assert(offsetof(gs_s_thread, switch_ustack_id) == 48);
 static_assert(offsetof(gs_s_thread, thread) == 56);
 static_assert(offsetof(gs_s_thread, comm) == 72);
-static_assert(sizeof(gs_s_sample_key) == 16);
+static_assert(sizeof(gs_s_sample_key) == 24);
+static_assert(offsetof(gs_s_sample_key, py_hash) == 16);
 #endif
 
 #endif

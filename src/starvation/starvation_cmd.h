@@ -16,6 +16,7 @@ struct StarvationOptions {
   std::string pin_dir = "/sys/fs/bpf";
   bool collect_ustack = false;
   bool collect_kstack = false;
+  bool no_py_frames = false;  // no CPython frame walk
   unsigned sample_hz = 49;
   std::string folded;  // file for folded stacks
   std::string svg;     // file for the flame graph

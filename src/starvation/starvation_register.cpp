@@ -24,6 +24,8 @@ void register_starvation(CLI::App& app) {
   cmd->add_option("--pin-dir", o->pin_dir, "bpffs directory of the bridge's pins (default /sys/fs/bpf)");
   cmd->add_flag("--collect-ustack", o->collect_ustack, "Add the symbolized user stack to each row");
   cmd->add_flag("--collect-kstack", o->collect_kstack, "Add the kernel stack to each row");
+  cmd->add_flag("--no-py-frames", o->no_py_frames,
+                "Do not read CPython frames from the interpreter's memory (perf maps still name -X perf frames)");
   add_number(cmd, "--sample-hz", o->sample_hz, "cpu-clock samples per second per CPU (default 49)",
              "samples per second", 1, 1000);
   cmd->add_option("--folded", o->folded, "Write folded stacks weighted by sampled ns (flamegraph.pl input)");

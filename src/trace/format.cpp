@@ -28,6 +28,7 @@ void normalize_event(gs_call_event& e) {
     if (d.graph) f |= GS_F_GRAPH;
     if (d.handle) f |= GS_F_HANDLE;
     if (d.device) f |= GS_F_DEVICE;
+    if (d.func) f |= GS_F_FUNC;
     if (d.special >= GS_SP_RT_LAUNCH && d.special <= GS_SP_CU_LAUNCH_EX)
       f |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM | (e.fields & (GS_F_CLUSTER | GS_F_CAPTURED));
     e.fields = f;
@@ -103,7 +104,13 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
   if (f & GS_F_DST) j.hex("dst", a.dst);
   if (f & GS_F_SRC) j.hex("src", a.src);
   if (f & GS_F_KIND) j.str("kind", memcpy_kind_name(a.kind));
-  if (f & GS_F_FUNC) j.hex("func", a.func);
+  if (f & GS_F_FUNC) {
+    j.hex("func", a.func);
+    if (ctx.kernel_name) {
+      std::string k = ctx.kernel_name(e.pid, a.func, api_desc(e.api).special == GS_SP_HOST_FUNC);
+      if (!k.empty()) j.str("kernel", k);
+    }
+  }
   if (f & GS_F_LAUNCH) j.triple("grid", a.grid).triple("block", a.block).num("shared_mem", a.shared_mem_bytes);
   if (f & GS_F_CLUSTER) j.triple("cluster", a.cluster);
   if (f & GS_F_STREAM) j.hex("stream", a.stream);
@@ -145,7 +152,13 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
   if (f & GS_F_DST) fmt::format_to(it, "dst=0x{:x} ", a.dst);
   if (f & GS_F_SRC) fmt::format_to(it, "src=0x{:x} ", a.src);
   if (f & GS_F_KIND) fmt::format_to(it, "kind={} ", memcpy_kind_name(a.kind));
-  if (f & GS_F_FUNC) fmt::format_to(it, "func=0x{:x} ", a.func);
+  if (f & GS_F_FUNC) {
+    std::string k = ctx.kernel_name ? ctx.kernel_name(e.pid, a.func, api_desc(e.api).special == GS_SP_HOST_FUNC) : "";
+    if (k.empty())
+      fmt::format_to(it, "func=0x{:x} ", a.func);
+    else
+      fmt::format_to(it, "kernel={} func=0x{:x} ", k, a.func);
+  }
   if (f & GS_F_LAUNCH)
     fmt::format_to(it, "grid=({},{},{}) block=({},{},{}) smem={} ", a.grid[0], a.grid[1], a.grid[2], a.block[0],
                    a.block[1], a.block[2], a.shared_mem_bytes);

@@ -63,6 +63,8 @@ struct FormatContext {
   int64_t realtime_offset_ns = 0;
   bool timestamps = true;
   CgroupNames* cgroups = nullptr;
+  // The kernel (or host function) a launch's handle names; empty while unknown.
+  std::function<std::string(uint32_t pid, uint64_t handle, bool host_function)> kernel_name;
   time_t tm_secs = -1;
   struct tm tm_cache {};
 };

@@ -3,6 +3,7 @@
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/output.h"
+#include "kernels/kernels_collector.h"
 #include "trace/trace.h"
 
 namespace gpuscope {
@@ -26,6 +27,9 @@ class TraceView {
     fmt_.realtime_offset_ns = realtime_minus_boottime_ns();
     fmt_.timestamps = !o.no_timestamps;
     fmt_.cgroups = &cgroups_;
+  }
+  void name_kernels_with(KernelsCollector* k) {
+    if (k) fmt_.kernel_name = [k](uint32_t pid, uint64_t h, bool host) { return k->name_of(pid, h, host); };
   }
   void header() {
     if (!o_.common.json) format_table_header(fmt_, out_.buf());
@@ -79,11 +83,23 @@ int run_trace(const TraceOptions& o) {
   TraceView view(o);
   TraceCollector trace(session, {apis, !o.hide_exits, o.scope.comm, o.ringbuf_kb},
                        [&](const gs_call_event& e) { view.event(e); });
+  // Launches are named in userspace, from the naming calls' probes: the launch path pays nothing.
+  std::unique_ptr<KernelsCollector> names;
+  for (unsigned i = 0; i < GS_API_COUNT && !names; i++)
+    if (apis[i] && (api_desc(i).roles & GS_ROLE_LAUNCH))
+      names =
+          std::make_unique<KernelsCollector>(session, KernelsCollector::Config{o.scope.comm, CountLayer::Auto, true});
+  view.name_kernels_with(names.get());
   session.start();
+  if (names) names->start(session);
   EventLoop loop(o.common.duration_s);
   trace.watch(loop);
+  if (names) names->watch(loop);
   session.watch(loop);
-  loop.after_wakeup([&] { view.flush(); });
+  loop.after_wakeup([&] {
+    view.flush();
+    if (names) names->tick();
+  });
   auto st = session.stats();
   fprintf(stderr,
           "gpuscope: tracing %zu probes in %zu CUDA objects; new copies are picked up as they are mapped. Ctrl-C to "

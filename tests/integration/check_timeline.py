@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a `gpuscope timeline` trace (Chrome JSON): tracks, spans, flows and metadata.
 
-Used by tests/integration/gputime_test.cpp and tests/gpu/checks/97_gputime_timeline.sh.
+Used by tests/integration/gputime_test.cpp and tests/gpu/checks/89_gputime_timeline.sh.
 Prints one line, "OK cpu=N gpu=N kernels=N flows=N counters=N" or "FAIL: why"; exit 0 or 1."""
 import argparse
 import collections

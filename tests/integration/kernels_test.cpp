@@ -25,17 +25,25 @@ std::map<std::string, std::pair<uint64_t, std::string>> final_rows(const std::ve
 }
 
 // kernels_app of one build variant. With `pre` it launches once before gpuscope starts.
-std::vector<json> run_app(const std::string& variant, bool pre, pid_t* pid) {
+std::vector<json> run_app(const std::string& variant, bool pre, pid_t* pid, std::vector<std::string> flags = {},
+                          std::vector<std::string> env = {}, std::string* err = nullptr) {
   std::string app = std::string(KERNELS_FIXTURE_DIR) + "/" + variant + "/kernels_app";
+  std::vector<std::string> wargs{"/usr/bin/env"};
+  wargs.insert(wargs.end(), env.begin(), env.end());
+  wargs.push_back(app);
   std::unique_ptr<Process> w;
   if (pre) {
-    w = std::make_unique<Process>(std::vector<std::string>{app, "pre"});
+    wargs.push_back("pre");
+    w = std::make_unique<Process>(wargs);
     *pid = ready_pid(*w);
   }
-  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5"});
+  std::vector<std::string> gargs{gpuscope_bin(), "kernels", "--json", "--interval", "0.5"};
+  gargs.insert(gargs.end(), flags.begin(), flags.end());
+  Process g(gargs);
   EXPECT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
   if (!pre) {
-    w = std::make_unique<Process>(std::vector<std::string>{app, "wait"});
+    wargs.push_back("wait");
+    w = std::make_unique<Process>(wargs);
     *pid = ready_pid(*w);
   }
   sleep_s(1.0);  // gpuscope rescans processes every 0.4 s: the static runtime is found then
@@ -47,18 +55,24 @@ std::vector<json> run_app(const std::string& variant, bool pre, pid_t* pid) {
   sleep_s(0.5);
   g.signal(SIGINT);
   EXPECT_EQ(g.wait(30), 0) << g.err();
+  if (err) *err = g.err();
   return parse_lines(g.out());
 }
 
 // nvcc names the stub after the kernel's mangled name (_Z12alpha_kernelPf,
 // _Z11beta_kernelIfEvPT_); __cxa_demangle gives these strings, as CUPTI shows them.
-void expect_named(const std::vector<json>& lines, pid_t pid) {
+// Cooperative launches are kernels like any other; a host function in a stream is listed as such.
+void expect_named(const std::vector<json>& lines, pid_t pid, size_t extra = 0) {
   auto rows = final_rows(lines, pid);
-  ASSERT_EQ(rows.size(), 2u) << testing::PrintToString(rows);
-  ASSERT_TRUE(rows.count("alpha_kernel(float*)")) << testing::PrintToString(rows);
-  ASSERT_TRUE(rows.count("void beta_kernel<float>(float*)")) << testing::PrintToString(rows);
-  EXPECT_EQ(rows["alpha_kernel(float*)"], std::make_pair(uint64_t{37}, std::string("kernels_app")));
-  EXPECT_EQ(rows["void beta_kernel<float>(float*)"], std::make_pair(uint64_t{13}, std::string("libbeta.so")));
+  ASSERT_EQ(rows.size(), 4u + extra) << testing::PrintToString(rows);
+  using R = std::pair<uint64_t, std::string>;
+  EXPECT_EQ(rows["alpha_kernel(float*)"], R(37, "kernels_app")) << testing::PrintToString(rows);
+  EXPECT_EQ(rows["void beta_kernel<float>(float*)"], R(13, "libbeta.so")) << testing::PrintToString(rows);
+  EXPECT_EQ(rows["coop_kernel(float*)"], R(3, "kernels_app")) << testing::PrintToString(rows);
+  EXPECT_EQ(rows["[host fn] host_cb(void*)"], R(2, "kernels_app")) << testing::PrintToString(rows);
+  for (auto& l : lines)
+    if (l["type"] == "kernel" && l["pid"] == pid)
+      EXPECT_EQ(l["kind"], l["kernel"].get<std::string>().starts_with("[host fn]") ? "host_function" : "kernel");
 }
 
 }  // namespace
@@ -81,6 +95,45 @@ TEST(Kernels, OpaqueHandlesAttachAfterStart) {
   pid_t pid;
   auto lines = run_app("standin", true, &pid);
   expect_named(lines, pid);
+}
+
+// One probe per launch: at the driver layer alone every launch (runtime, cooperative, host
+// function, driver API) is counted once and named from the naming calls it saw.
+TEST(Kernels, DriverLayerOnlyCountsEachLaunchOnce) {
+  pid_t pid;
+  std::string err;
+  auto lines = run_app("standin", false, &pid, {"--count-layer", "driver", "-v"}, {"KERNELS_APP_DRIVER_MODULE=1"},
+                       &err);
+  expect_named(lines, pid, 1);
+  EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  EXPECT_NE(err.find("counting at the driver layer alone"), std::string::npos) << err;
+}
+
+// Attached after every handle was handed out (cuBLAS's case): the runtime's handles are named
+// by their handle variables, and teach gpuscope where the driver's objects keep their names
+// (+24 here, not the real driver's +8: learned, not assumed); the module-loaded kernel is
+// named from its object.
+TEST(Kernels, AttachAfterStartNamesDriverObjects) {
+  pid_t pid;
+  std::string err;
+  auto lines = run_app("standin", true, &pid, {"--count-layer", "driver", "-v"},
+                       {"KERNELS_APP_DRIVER_MODULE=1", "STANDIN_FUNC_LAYOUT=24"}, &err);
+  expect_named(lines, pid, 1);
+  EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  EXPECT_NE(err.find("keeps a kernel's name at +24 of its function objects"), std::string::npos) << err;
+}
+
+// Objects that hold another symbol-like string where names were expected: nothing is
+// learned, no wrong name is shown, the module-loaded kernel stays unknown, and -v says why.
+TEST(Kernels, UnknownDriverLayoutFallsBackWithoutWrongNames) {
+  pid_t pid;
+  std::string err;
+  auto lines = run_app("standin", true, &pid, {"--count-layer", "driver", "-v"},
+                       {"KERNELS_APP_DRIVER_MODULE=1", "STANDIN_FUNC_LAYOUT=noname"}, &err);
+  expect_named(lines, pid, 1);
+  EXPECT_EQ(final_rows(lines, pid)["[unknown kernels_app]"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  for (auto& l : lines) EXPECT_EQ(l.dump().find("not_this_kernel"), std::string::npos) << l.dump();
+  EXPECT_NE(err.find("hold no name that matches"), std::string::npos) << err;
 }
 
 TEST(Kernels, DriverNames) {
@@ -119,6 +172,7 @@ TEST(Kernels, CaptureAndGraphs) {
 
 TEST(Kernels, BadInput) {
   for (std::vector<std::string> args : {std::vector<std::string>{"--interval", "0"}, {"--top", "-3"},
+                                        {"--count-layer", "runtime"},
                                         {"-p", "999999999"}, {"--lib", "/etc/passwd"}, {"--bogus"}}) {
     args.insert(args.begin(), {gpuscope_bin(), "kernels"});
     auto r = run(args);

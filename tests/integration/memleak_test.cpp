@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "harness.h"
 
 using namespace gstest;
@@ -202,6 +204,44 @@ TEST(Memleak, Stacks) {
     EXPECT_NE(l["stack"][0].get<std::string>().find("(standin_app)"), std::string::npos) << l.dump();
     EXPECT_EQ(l["stack"][1].get<std::string>().rfind("main+0x", 0), 0u) << l.dump();
   }
+}
+
+// Debian's python3 (no -X perf) allocating through the stand-in runtime from a known Python
+// function: the leak's stack names it, with its caller, file and line, read from the interpreter.
+TEST(Memleak, StacksNamePythonFunctions) {
+  Memleak g({"--stacks"});
+  std::string script = std::string(PY_FIXTURE_DIR) + "/alloc.py";
+  Process w({"/usr/bin/python3", script, standin_lib("libcudart.so.13"), "1.0"},
+            {"LD_LIBRARY_PATH=" + standin_lib_dir()});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(w.out().find("allocated rc=0") != std::string::npos) << w.out() << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  sleep_s(0.3);
+  // Reported, then gone from the walk's maps: its interpreter entry, chains and thread states.
+  auto maps = pids_in_maps(g.proc().pid());
+  for (const char* name : {"gs_py_procs", "gs_py_stacks", "gs_py_tstates"}) {
+    ASSERT_TRUE(maps.count(name)) << name << " not found among gpuscope's maps";
+    auto& keys = maps[name];
+    EXPECT_EQ(std::count(keys.begin(), keys.end(), static_cast<uint32_t>(pid)), 0) << name;
+  }
+  auto lines = g.stop();
+  auto leaks = final_leaks(lines, pid);
+  ASSERT_EQ(leaks.count(123457), 1u) << g.proc().out();
+  std::vector<std::string> st = leaks.find(123457)->second["stack"];
+  auto line_of = [&](const std::string& tag) {
+    std::ifstream f(script);
+    int n = 0;
+    for (std::string l; std::getline(f, l);)
+      if (++n, l.find("# mark:" + tag) != std::string::npos) return n;
+    return -1;
+  };
+  auto alloc = std::find(st.begin(), st.end(), fmt::format("py::allocate_weights ({}:{})", script, line_of("alloc")));
+  ASSERT_NE(alloc, st.end()) << leaks.find(123457)->second.dump();
+  ASSERT_NE(alloc + 1, st.end());
+  EXPECT_EQ(alloc[1], fmt::format("py::build_model ({}:{})", script, line_of("build")));
+  EXPECT_FALSE(st[0].starts_with("py::")) << "the native caller of cudaMalloc (ctypes' libffi) comes first";
+  EXPECT_TRUE(std::find_if(alloc, st.end(), [](auto& f) { return f.starts_with("py::<module> ("); }) != st.end());
 }
 
 // Blocks allocated before gpuscope started and freed after: untracked, not bad frees.

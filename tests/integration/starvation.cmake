@@ -8,7 +8,8 @@ target_link_libraries(starv_fixture PRIVATE pthread)
 add_executable(starvation_test integration/starvation_test.cpp)
 target_link_libraries(starvation_test PRIVATE gstest_harness gpuscope_core GTest::gtest_main)
 target_compile_definitions(starvation_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
-                           STARV_FIXTURE="$<TARGET_FILE:starv_fixture>")
+                           STARV_FIXTURE="$<TARGET_FILE:starv_fixture>"
+                           PY_FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures/python")
 add_dependencies(starvation_test gpuscope nvml_standin starv_fixture)
 gtest_discover_tests(starvation_test PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
 include(${PROJECT_SOURCE_DIR}/bench/starvation.cmake)

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -303,6 +304,210 @@ TEST(StarvationThread, PythonNamesFromThePerfMapInTheProcessOwnNamespace) {
   }
   EXPECT_GE(n, 1) << s.p.out() << s.p.err();
   kill(host_pid, SIGKILL);
+}
+
+// Lines of a fixture file carrying "# mark:<tag>".
+static std::vector<int> marked_lines(const std::string& file, const std::string& tag) {
+  std::ifstream f(file);
+  std::vector<int> r;
+  int n = 0;
+  for (std::string line; std::getline(f, line);)
+    if (++n, line.find("# mark:" + tag) != std::string::npos) r.push_back(n);
+  return r;
+}
+
+// The host tid of the thread that is ns_tid in host_pid's own pid namespace.
+static int host_tid(int host_pid, int ns_tid) {
+  for (auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", host_pid))) {
+    std::ifstream f(e.path() / "status");
+    for (std::string line; std::getline(f, line);)
+      if (line.starts_with("NSpid:")) {
+        std::istringstream in(line.substr(6));
+        int v = 0, last = 0;
+        while (in >> v) last = v;
+        if (last == ns_tid) return std::stoi(e.path().filename());
+      }
+  }
+  return -1;
+}
+
+// Debian's python3 (3.11, no -X perf, no frame pointers) in its own pid and mount namespaces:
+// the interpreter's frames, read in BPF, name the burner's Python chain in the rows and the
+// folded stacks, innermost first, with file and line.
+TEST(StarvationThread, PythonFramesFromTheInterpreterInItsOwnNamespace) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture fx({"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private",
+              "/usr/bin/python3", script, "60"});
+  ASSERT_EQ(fx.pid(), 1) << "pid 1 of its namespace";
+  std::string children = gpuscope::read_file(fmt::format("/proc/{}/task/{}/children", fx.p->pid(), fx.p->pid()));
+  int host_pid = atoi(children.c_str());
+  ASSERT_GT(host_pid, 1) << children;
+  int burner = host_tid(host_pid, fx.num("burner"));
+  ASSERT_GT(burner, 0);
+  ASSERT_NE(burner, fx.num("burner")) << "the namespace's tids differ from the host's";
+  f.write(standin_for(host_pid));
+  Bridge b(d, f);
+  std::string folded = fmt::format("/tmp/gstest-starv-py-{}.folded", getpid());
+  Starvation s(d, {"--json", "-p", std::to_string(host_pid), "--min-idle-ms", "200", "--collect-ustack", "--folded",
+                   folded, "--sample-hz", "199"});
+  std::this_thread::sleep_for(2500ms);
+  auto rows = s.stop();
+  auto mine = rows_of(rows, burner);
+  ASSERT_FALSE(mine.empty()) << s.p.out() << s.p.err();
+  auto in_lines = [&](const std::string& frame, const std::string& fn, const std::string& tag) {
+    std::string head = "py::" + fn + " (" + script + ":";
+    if (!frame.starts_with(head) || !frame.ends_with(")")) return false;
+    int line = std::stoi(frame.substr(head.size()));
+    auto want = marked_lines(script, tag);
+    return std::find(want.begin(), want.end(), line) != want.end();
+  };
+  int named = 0;
+  for (auto& r : mine) {
+    EXPECT_EQ(r["pid"], host_pid);
+    std::vector<std::string> st = r["ustack"];
+    auto inner = std::find_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::inner_burn ("); });
+    if (inner == st.end()) continue;  // a sample taken before the interpreter was found
+    named++;
+    ASSERT_LE(inner - st.begin() + 3, static_cast<long>(st.size())) << r.dump();
+    EXPECT_TRUE(in_lines(inner[0], "inner_burn", "inner")) << r.dump();
+    EXPECT_TRUE(in_lines(inner[1], "middle", "middle")) << r.dump();
+    EXPECT_TRUE(in_lines(inner[2], "outer", "outer")) << r.dump();
+    EXPECT_TRUE(std::find_if(inner, st.end(), [](auto& x) { return x.starts_with("py::Thread._bootstrap ("); }) !=
+                st.end())
+        << r.dump();
+  }
+  EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+  // The flame graph's stacks run outer to inner: the chain in that order, under the thread.
+  std::ifstream in(folded);
+  uint64_t total = 0, chain = 0;
+  for (std::string line; std::getline(in, line);) {
+    uint64_t w = std::stoull(line.substr(line.rfind(' ') + 1));
+    total += w;
+    auto o = line.find(";py::outer ("), m = line.find(";py::middle ("), i = line.find(";py::inner_burn (");
+    if (o != std::string::npos && m != std::string::npos && i != std::string::npos && o < m && m < i) chain += w;
+  }
+  EXPECT_GE(static_cast<double>(chain), 0.8 * static_cast<double>(total)) << "the chain leads the flame graph";
+  EXPECT_EQ(s.p.err().find("Python chains"), std::string::npos) << "nothing cut or lost: " << s.p.err();
+  unlink(folded.c_str());
+  kill(host_pid, SIGKILL);
+}
+
+// The BPF walk on the other layouts this machine may have: 3.12 (table) and 3.13
+// (_Py_DebugOffsets), from pyenv. CI has only Debian's 3.11 (the test above).
+TEST(StarvationThread, PythonFramesOfOtherVersions) {
+  std::vector<std::string> found;
+  for (std::string p : {"/root/.pyenv/versions/3.12.1/bin/python3.12", "/root/.pyenv/versions/3.13.0/bin/python3.13"})
+    if (fs::exists(p)) found.push_back(p);
+  if (found.empty()) GTEST_SKIP() << "no pyenv 3.12.1 or 3.13.0 here (CI has only Debian's 3.11)";
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  for (auto& py : found) {
+    SCOPED_TRACE(py);
+    PinDir d;
+    StandinFile f;
+    Fixture fx({py, script, "60"});
+    int pid = fx.pid();
+    ASSERT_GT(pid, 0);
+    f.write(standin_for(pid));
+    Bridge b(d, f);
+    Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
+                     "199"});
+    std::this_thread::sleep_for(2200ms);
+    auto rows = s.stop();
+    int named = 0;
+    for (auto& r : rows_of(rows, fx.num("burner"))) {
+      std::vector<std::string> st = r["ustack"];
+      auto inner = std::find_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::inner_burn ("); });
+      if (inner == st.end() || st.end() - inner < 3) continue;
+      named++;
+      EXPECT_TRUE(inner[1].starts_with("py::middle (" + script + ":")) << r.dump();
+      EXPECT_TRUE(inner[2].starts_with("py::outer (" + script + ":")) << r.dump();
+    }
+    EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+    kill(pid, SIGKILL);
+  }
+}
+
+// An interpreter with no layout (3.10 here) keeps its native frames, and says so once.
+TEST(StarvationThread, PythonVersionWithoutLayoutSaidOnce) {
+  std::string py = "/root/.pyenv/versions/3.10.13/bin/python3.10";
+  if (!fs::exists(py)) GTEST_SKIP() << "no pyenv 3.10.13 here (CI has only Debian's 3.11)";
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture a({py, script, "60"}), b2({py, script, "60"});
+  ASSERT_GT(a.pid(), 0);
+  ASSERT_GT(b2.pid(), 0);
+  f.write(fmt::format("device 0 util 0\nprocess 0 {} 1048576\nprocess 0 {} 1048576\n", a.pid(), b2.pid()));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(a.pid()), "-p", std::to_string(b2.pid()), "--min-idle-ms", "200",
+                   "--collect-ustack"});
+  std::this_thread::sleep_for(1500ms);
+  auto rows = s.stop();
+  std::string err = s.p.err();
+  auto at = err.find("runs Python 3.10 (");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("native frames only", at), std::string::npos) << err;
+  EXPECT_EQ(err.find("runs Python 3.10 (", at + 1), std::string::npos) << "said once for two processes: " << err;
+  EXPECT_FALSE(rows_of(rows, a.num("burner")).empty()) << s.p.out();
+  for (auto& r : rows) EXPECT_FALSE(has_frame(r["ustack"], "py::inner_burn (")) << r.dump();
+  kill(a.pid(), SIGKILL);
+  kill(b2.pid(), SIGKILL);
+}
+
+// A chain deeper than the bound keeps its innermost 64 frames, and the drops line counts it.
+TEST(StarvationThread, PythonChainsPastTheBoundAreCutAndCounted) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Fixture fx({"/usr/bin/python3", script, "60", "100"});
+  int pid = fx.pid();
+  ASSERT_GT(pid, 0);
+  f.write(standin_for(pid));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
+                   "199"});
+  std::this_thread::sleep_for(2200ms);
+  auto rows = s.stop();
+  int cut = 0;
+  for (auto& r : rows_of(rows, fx.num("burner"))) {
+    std::vector<std::string> st = r["ustack"];
+    auto py = std::count_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::"); });
+    if (!has_frame(r["ustack"], "py::inner_burn (")) continue;
+    cut++;
+    EXPECT_EQ(py, 64) << r.dump();
+    EXPECT_FALSE(has_frame(r["ustack"], "py::Thread._bootstrap (")) << "the outermost frames are the ones cut";
+  }
+  EXPECT_GE(cut, 1) << s.p.out() << s.p.err();
+  std::smatch m;
+  std::string err = s.p.err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(Python chains: (\d+) cut at 64 frames)"))) << err;
+  EXPECT_GT(std::stoull(m[1]), 0u);
+  kill(pid, SIGKILL);
+}
+
+// A GPU process that becomes Python by exec (a launcher script) is looked at again: its rows
+// name Python frames once the interpreter runs.
+TEST(StarvationThread, PythonFramesAfterAnExecIntoPython) {
+  PinDir d;
+  StandinFile f;
+  std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
+  Process sh({"sh", "-c", "echo started; sleep 1.5; exec /usr/bin/python3 " + script + " 60"});
+  ASSERT_TRUE(sh.wait_for("started", 10));
+  f.write(standin_for(sh.pid()));
+  Bridge b(d, f);
+  Starvation s(d, {"--json", "-p", std::to_string(sh.pid()), "--min-idle-ms", "200", "--collect-ustack",
+                   "--sample-hz", "199"});
+  ASSERT_TRUE(sh.wait_for("ready pid=", 10)) << sh.err();
+  std::this_thread::sleep_for(3s);
+  auto rows = s.stop();
+  int named = 0;
+  for (auto& r : rows)
+    if (r["pid"] == sh.pid() && has_frame(r["ustack"], "py::inner_burn (" + script + ":")) named++;
+  EXPECT_GE(named, 1) << s.p.out() << s.p.err();
+  sh.signal(SIGKILL);
+  sh.wait();
 }
 
 // A process starves only when every device it holds memory on is idle: A is on an idle and a

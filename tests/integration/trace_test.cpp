@@ -441,3 +441,36 @@ TEST(TraceOutput, TableColumnsAndDetails) {
   EXPECT_TRUE(saw_exit) << out;
   EXPECT_NE(out.find("events delivered"), std::string::npos);
 }
+
+// Every launch names its kernel (`kernel`), also for handles handed out before trace started:
+// the runtime's from nvcc's handle variables, the module-loaded one from the driver's object.
+TEST(TraceStandin, LaunchesCarryKernelNamesAttachAfterStart) {
+  std::string app = std::string(KERNELS_FIXTURE_DIR) + "/standin/kernels_app";
+  Process w({app, "pre"}, {"KERNELS_APP_DRIVER_MODULE=1"});
+  pid_t pid = ready_pid(w);
+  Trace t({"-p", std::to_string(pid)});
+  w.signal(SIGUSR1);
+  ASSERT_TRUE(w.wait_for("launched", 20)) << w.err();
+  // Driver objects are read while the process runs: trace reads its events at least every 100 ms.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  w.signal(SIGUSR1);
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::map<std::pair<std::string, std::string>, int> seen;  // (api, kernel) -> launches
+  for (auto& e : t.stop()) {
+    if (e.value("phase", "") != "enter" || !e.contains("func")) continue;
+    EXPECT_TRUE(e.contains("kernel")) << e.dump();
+    seen[{e["api"], e.value("kernel", "")}]++;
+  }
+  using K = std::pair<std::string, std::string>;
+  std::map<K, int> want{{{"cudaLaunchKernel", "alpha_kernel(float*)"}, 37},
+                        {{"cudaLaunchKernel", "void beta_kernel<float>(float*)"}, 13},
+                        {{"cuLaunchKernel", "alpha_kernel(float*)"}, 37},
+                        {{"cuLaunchKernel", "void beta_kernel<float>(float*)"}, 13},
+                        {{"cuLaunchKernel", "gemm_drv_kernel"}, 7},
+                        {{"cudaLaunchCooperativeKernel", "coop_kernel(float*)"}, 3},
+                        {{"cuLaunchCooperativeKernel", "coop_kernel(float*)"}, 3},
+                        {{"cudaLaunchHostFunc", "[host fn] host_cb(void*)"}, 2},
+                        {{"cuLaunchHostFunc", "[host fn] host_cb(void*)"}, 2}};
+  EXPECT_EQ(seen, want);
+}

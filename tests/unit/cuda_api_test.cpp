@@ -140,7 +140,13 @@ TEST(CudaApiTable, ArgumentPositionsPointAtParametersOfTheRightKind) {
       EXPECT_NE(param(1).find('*'), std::string::npos) << "namers return the handle";
     }
     if (d.special == GS_SP_CU_LAUNCH) {
-      EXPECT_EQ(params.size(), 11u);
+      // cuLaunchCooperativeKernel has no `extra`; the stream is the 9th argument of both.
+      EXPECT_GE(params.size(), 10u);
+      EXPECT_TRUE(std::regex_search(param(9), std::regex("CUstream")));
+    }
+    if (d.func) {
+      EXPECT_EQ(d.special, GS_SP_HOST_FUNC);
+      EXPECT_TRUE(std::regex_search(param(d.func), std::regex("cudaHostFn_t|CUhostFn")));
     }
     if (d.special == GS_SP_RT_LAUNCH) {
       EXPECT_EQ(params.size(), 6u);

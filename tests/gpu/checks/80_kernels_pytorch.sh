@@ -27,7 +27,7 @@ for mode in before running; do
   track "$WL"
   wait_for "$D/workload.out" '^READY ' 120 "$WL" || fail "workload ($mode) not READY: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
   log "gpuscope kernels --json --interval 0.25 -p $WL ${LIBS[*]}"
-  "$GPUSCOPE" kernels --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150 >"$D/kernels.jsonl" 2>"$D/kernels.err" &
+  "$GPUSCOPE" kernels -v --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150 >"$D/kernels.jsonl" 2>"$D/kernels.err" &
   KP=$!
   track "$KP"
   wait_for "$D/kernels.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$D/kernels.err")"
@@ -44,12 +44,13 @@ for mode in before running; do
   wait_exit "$TP" 30
   stop "$KP" 5
   stop "$TP" 5
-  tail -n 3 "$D/kernels.err" >&2
+  grep -v '^libbpf' "$D/kernels.err" | grep -E 'counting at|kernels:' >"$D/naming.txt" || true
+  cat "$D/naming.txt" >&2
   r=0
   python3 -B "$GPU_TESTS_DIR/lib/analyze_kernels.py" "$D/kernels.jsonl" "$D/workload.out" "$WL" "$mode" \
     "$D/figures.json" >"$D/result.txt" || r=$?
   cat "$D/result.txt" >&2
-  for f in figures.json result.txt table.txt; do cp "$D/$f" "$OUT/${mode}_$f" 2>/dev/null || true; done
+  for f in figures.json result.txt table.txt naming.txt; do cp "$D/$f" "$OUT/${mode}_$f" 2>/dev/null || true; done
   summary+=("$(head -n1 "$D/result.txt")")
   [[ $r == 0 ]] || rc_all=1
 done

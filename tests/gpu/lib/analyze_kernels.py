@@ -9,7 +9,8 @@ the workload's quiet periods). Checks:
 - graph rows: REPLAYS replays;
 - every named row's count == the profiler's count for that name (spaces ignored; a name
   shown in part stands for the profiler names it matches), and the profiler kernels no row
-  matched add up to the launches gpuscope left unnamed.
+  matched add up to the launches gpuscope left unnamed;
+- no launch is left unnamed.
 Reports the share of window launches left `[unknown ...]`, and the top rows.
 Exit 0 when the counts agree, 1 otherwise."""
 import collections
@@ -120,6 +121,9 @@ def main():
     if named_bad:
         ok = False
         msgs.append(f"{named_bad} named rows disagree with the profiler")
+    if unknown:
+        ok = False
+        msgs.append(f"{unknown} launches left unnamed (every launch must be named)")
     unmatched = sum(expected.values())
     if unmatched != unknown:
         ok = False

@@ -1,5 +1,5 @@
 // Kernels that spin on %globaltimer for known times (50, 200, 1000, 5000 us), 20 launches
-// each, one at a time: for checks/96_gputime_spin.sh. Build: nvcc -O2 -o spin_kernels spin_kernels.cu
+// each, one at a time: for checks/86_gputime_spin.sh. Build: nvcc -O2 -o spin_kernels spin_kernels.cu
 #include <cstdio>
 
 __device__ unsigned long long globaltimer() {

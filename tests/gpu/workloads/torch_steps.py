@@ -1,58 +1,51 @@
 #!/usr/bin/env python3
-"""Timed PyTorch steps for the GPU-time checks (96-99).
+"""Launch-bound PyTorch training steps for checks/97_agent_pytorch.sh (agent on against off).
 
-usage: torch_steps.py MODE STEPS        MODE: launch | gpu | train
-  launch: 40 tiny elementwise ops a step (launch-bound);
-  gpu:    4 bf16 matmuls of 8192^2 a step (GPU-bound);
-  train:  an MLP training step (Linear-ReLU-Linear, cross-entropy, SGD).
-Warms up, then runs STEPS steps, each ended by a synchronize. Prints
-`RESULT {"median_ms": ..., "steps": ..., "pid": ...}`."""
+usage: torch_steps.py GO_PREFIX ROUNDS STEPS
+
+A small MLP on a small batch, so that each step's time is the host's launch path, not the
+GPU's work. Warms up, prints READY, then for each round r waits for the file GO_PREFIX<r>,
+runs STEPS steps and prints `ROUND {"round": r, "step_ms": [...]}` (per-step times of
+blocks of 10 steps, synchronized at each block's end).
+"""
 import json
 import os
-import statistics
 import sys
 import time
 
 import torch
 
-mode, steps = sys.argv[1], int(sys.argv[2])
-dev = "cuda"
-if mode == "launch":
-    x = torch.randn(256, device=dev)
 
-    def step():
-        global x
-        for _ in range(40):
-            x = x * 1.0001
-elif mode == "gpu":
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-
-    def step():
-        for _ in range(4):
-            torch.mm(a, b)
-elif mode == "train":
-    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    xb = torch.randn(256, 512, device=dev)
-    yb = torch.randint(0, 10, (256,), device=dev)
+def main():
+    go, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                torch.nn.ReLU(), torch.nn.Linear(64, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 64, device="cuda")
+    y = torch.randint(0, 10, (32,), device="cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(xb), yb)
-        loss.backward()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-else:
-    sys.exit("unknown mode " + mode)
 
-for _ in range(5):
-    step()
-torch.cuda.synchronize()
-times = []
-for _ in range(steps):
-    t = time.perf_counter()
-    step()
+    for _ in range(50):
+        step()
     torch.cuda.synchronize()
-    times.append(time.perf_counter() - t)
-print("RESULT", json.dumps({"median_ms": statistics.median(times) * 1e3, "steps": steps, "pid": os.getpid()}),
-      flush=True)
+    print("READY", json.dumps({"pid": os.getpid()}), flush=True)
+    for r in range(rounds):
+        while not os.path.exists(f"{go}{r}"):
+            time.sleep(0.02)
+        times = []
+        for _ in range(steps // 10):
+            t = time.perf_counter()
+            for _ in range(10):
+                step()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) * 100.0)  # ms per step
+        print("ROUND", json.dumps({"round": r, "step_ms": times}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

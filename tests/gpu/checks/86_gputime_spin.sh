@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: 96_gputime_spin.sh GPUSCOPE_BIN OUT_DIR
+# usage: 86_gputime_spin.sh GPUSCOPE_BIN OUT_DIR
 # Exact GPU time through libgpuscope-cupti.so (bin/libgpuscope-cupti.so beside bin/gpuscope):
 # bin/spin_kernels (workloads/spin_kernels.cu) spins on %globaltimer for 50, 200, 1000 and
 # 5000 us, 20 launches each. Every kernel span of `gpuscope timeline` and the mean and max of

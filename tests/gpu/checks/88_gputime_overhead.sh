@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# usage: 98_gputime_overhead.sh GPUSCOPE_BIN OUT_DIR
+# usage: 88_gputime_overhead.sh GPUSCOPE_BIN OUT_DIR
 # What libgpuscope-cupti.so costs a PyTorch loop, as same-run step-time ratios: launch-bound
-# (workloads/torch_steps.py launch) and GPU-bound (gpu). Configurations, interleaved in rounds,
+# (workloads/torch_gputime.py launch) and GPU-bound (gpu). Configurations, interleaved in rounds,
 # medians compared: none; idle (injected, no gpuscope attached: only its flag check); recording
 # (injected with --always: CUPTI's activity on and every buffer handed over; gpuscope's one
 # uprobe per buffer adds a trap per flush, ~10 a second, so it is left out here: no other
@@ -15,7 +15,7 @@ OUT=$2
 mkdir -p "$OUT"
 [[ -f $(dirname "$GPUSCOPE")/libgpuscope-cupti.so ]] || skip "libgpuscope-cupti.so not beside $GPUSCOPE"
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || skip "no torch with CUDA"
-W=$GPU_TESTS_DIR/workloads/torch_steps.py
+W=$GPU_TESTS_DIR/workloads/torch_gputime.py
 : >"$OUT/results.tsv"
 one() { # mode config round
   local mode=$1 cfg=$2 steps=400 res

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# usage: 99_gputime_timeline.sh GPUSCOPE_BIN OUT_DIR
-# `gpuscope timeline` of 5 PyTorch training steps (workloads/torch_steps.py train 5) under
+# usage: 89_gputime_timeline.sh GPUSCOPE_BIN OUT_DIR
+# `gpuscope timeline` of 5 PyTorch training steps (workloads/torch_gputime.py train 5) under
 # libgpuscope-cupti.so, with `gpuscope bridge` publishing device counters: the trace is
 # checked by tests/integration/check_timeline.py (bin/check_timeline.py): CPU call spans,
 # kernel spans on GPU stream tracks, a launch arrow into most kernels, counter tracks.
@@ -22,7 +22,7 @@ sleep 1
 TP=$!
 track "$TP"
 wait_for "$OUT/timeline.err" 'recording a timeline' 60 "$TP" || fail "timeline did not start: $(tail -c 300 "$OUT/timeline.err")"
-"$GPUSCOPE" run --always -- python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" train 5 >"$OUT/workload.out" \
+"$GPUSCOPE" run --always -- python3 -u -B "$GPU_TESTS_DIR/workloads/torch_gputime.py" train 5 >"$OUT/workload.out" \
   2>"$OUT/workload.err" || fail "workload failed: $(tail -c 300 "$OUT/workload.err")"
 sleep 1.5
 stop "$TP" 60

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# usage: 97_gputime_pytorch.sh GPUSCOPE_BIN OUT_DIR
-# A PyTorch training loop (workloads/torch_steps.py train) under libgpuscope-cupti.so, with
+# usage: 87_gputime_pytorch.sh GPUSCOPE_BIN OUT_DIR
+# A PyTorch training loop (workloads/torch_gputime.py train) under libgpuscope-cupti.so, with
 # `gpuscope kernels` attached before it starts. The library's own records (its
 # GPUSCOPE_CUPTI_SUMMARY file: count and GPU ns per kernel name) against gpuscope's: per-kernel
 # GPU time within 1%, the same number of kernel records, and records == launches counted.
@@ -18,7 +18,7 @@ track "$KP"
 wait_for "$OUT/kernels.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 300 "$OUT/kernels.err")"
 rm -f "$OUT/lib_summary.tsv"
 GPUSCOPE_CUPTI_SUMMARY=$OUT/lib_summary.tsv "$GPUSCOPE" run --always -- \
-  python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" train 200 >"$OUT/workload.out" 2>"$OUT/workload.err" ||
+  python3 -u -B "$GPU_TESTS_DIR/workloads/torch_gputime.py" train 200 >"$OUT/workload.out" 2>"$OUT/workload.err" ||
   fail "workload failed: $(tail -c 300 "$OUT/workload.err")"
 sleep 2
 stop "$KP" 30

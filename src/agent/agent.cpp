@@ -1,0 +1,533 @@
+#include "agent/agent.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/cuda_api.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "kernels/kernels.h"
+#include "latency/histogram.h"
+
+namespace gpuscope {
+
+namespace {
+
+using T = PromSet::Type;
+constexpr size_t kLeakReports = 100;  // ended processes kept for /api/leaks
+constexpr size_t kLeaksPerReport = 20;
+// API duration buckets: everything up to 1.023 µs in the first, up to about 17 s in the last.
+constexpr unsigned kFirstBucket = 9, kLastBucket = 33;
+
+std::string category_name(unsigned c) {
+  switch (c) {
+    case GS_MEM_DEVICE: return "device";
+    case GS_MEM_MANAGED: return "managed";
+    case GS_MEM_PINNED: return "pinned_host";
+    default: return "vmm";
+  }
+}
+
+std::string body(fmt::memory_buffer& b) { return std::string(b.data(), b.size()); }
+
+}  // namespace
+
+AgentView::Proc& AgentView::proc(uint32_t pid, const std::string& comm) {
+  auto it = live_.find(pid);
+  if (it != live_.end()) {
+    // A collector may have read /proc after the process had gone; a later record names it.
+    if (it->second.comm.empty()) it->second.comm = comm;
+    return it->second;
+  }
+  Proc& p = live_[pid];
+  p.pid = pid;
+  p.comm = comm;
+  p.labels = labels_.get(static_cast<pid_t>(pid));
+  return p;
+}
+
+AgentView::Proc* AgentView::gone(uint32_t pid) {
+  for (auto it = gone_.rbegin(); it != gone_.rend(); ++it)
+    if (it->pid == pid) return &*it;
+  return nullptr;
+}
+
+// The process's life has ended: its series stay until a scrape has seen their final values.
+void AgentView::retire(uint32_t pid) {
+  auto it = live_.find(pid);
+  if (it == live_.end()) return;
+  it->second.exited = true;
+  it->second.exited_at = std::chrono::steady_clock::now();
+  gone_.push_back(std::move(it->second));
+  live_.erase(it);
+  labels_.forget(static_cast<pid_t>(pid));
+}
+
+void AgentView::set_kernels(Proc& p, const std::vector<KernelRow>& rows) {
+  p.kernels.clear();
+  p.graph_launches = 0;
+  for (auto& r : rows) {
+    if (r.pid != p.pid) continue;
+    if (r.graph())
+      p.graph_launches += r.launches;
+    else
+      p.kernels[{r.kernel, r.module}] += r.launches;
+  }
+}
+
+void AgentView::kernels_exited(uint32_t pid, const std::vector<KernelRow>& rows) {
+  Proc* p = nullptr;
+  if (live_.count(pid)) {
+    retire(pid);
+    p = &gone_.back();
+  } else if (!(p = gone(pid))) {
+    if (rows.empty()) return;
+    Proc& n = proc(pid, rows.front().comm);  // a life shorter than one refresh
+    (void)n;
+    retire(pid);
+    p = &gone_.back();
+  }
+  if (!rows.empty()) {
+    set_kernels(*p, rows);
+    if (p->comm.empty()) p->comm = rows.front().comm;
+  }
+}
+
+void AgentView::memleak_ended(const MemleakProcess& mp, const std::vector<MemleakLeak>& leaks) {
+  Proc* p = nullptr;
+  if (live_.count(mp.pid)) {
+    retire(mp.pid);
+    p = &gone_.back();
+  } else if (!(p = gone(mp.pid))) {
+    proc(mp.pid, mp.comm);
+    retire(mp.pid);
+    p = &gone_.back();
+  }
+  p->has_mem = true;
+  p->mem = mp.counters;
+  if (p->comm.empty()) p->comm = mp.comm;
+  uint64_t bytes = mp.counters.outstanding_bytes + mp.counters.pinned_bytes;
+  auto& t = leaked_[{p->comm, p->labels.container}];
+  t.bytes += bytes;
+  t.allocations += mp.counters.outstanding_allocs + mp.counters.pinned_allocs;
+  if (bytes) {
+    LeakReport r{mp.pid, p->comm, p->labels.container, mp.state, bytes, leaks};
+    std::sort(r.leaks.begin(), r.leaks.end(), [](auto& a, auto& b) { return a.size > b.size; });
+    if (r.leaks.size() > kLeaksPerReport) r.leaks.resize(kLeaksPerReport);
+    leak_reports_.push_back(std::move(r));
+    if (leak_reports_.size() > kLeakReports) leak_reports_.pop_front();
+  }
+}
+
+void AgentView::choose_named(Proc& p) {
+  // A row first seen unnamed ("[unknown …]") is renamed once its name is learnt: the old key goes.
+  std::erase_if(p.named, [&](const KernelKey& k) { return !p.kernels.count(k); });
+  if (p.named.size() >= cfg_.max_kernels_per_process) return;
+  std::vector<std::pair<uint64_t, KernelKey>> fresh;
+  for (auto& [k, n] : p.kernels)
+    if (!p.named.count(k)) fresh.push_back({n, k});
+  std::sort(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  // Once named, a kernel keeps its series, so that no counter of it ever goes backwards.
+  for (auto& [n, k] : fresh) {
+    if (p.named.size() >= cfg_.max_kernels_per_process) break;
+    p.named.insert(k);
+  }
+}
+
+void AgentView::refresh(const AgentInput& in) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& [_, p] : live_) p.seen = false;
+  if (in.kernels) {
+    std::map<uint32_t, std::vector<KernelRow>> by_pid;
+    for (auto& r : *in.kernels) by_pid[r.pid].push_back(r);
+    for (auto& [pid, rows] : by_pid) {
+      Proc& p = proc(pid, rows.front().comm);
+      set_kernels(p, rows);
+      p.seen = true;
+    }
+  }
+  if (in.memleak)
+    for (auto& mp : in.memleak->processes) {
+      Proc& p = proc(mp.pid, mp.comm);
+      p.has_mem = true;
+      p.mem = mp.counters;
+      p.seen = true;
+    }
+  // Gone from every collector without an exit record (lost, or no exit hook).
+  std::vector<uint32_t> vanished;
+  for (auto& [pid, p] : live_)
+    if (!p.seen) vanished.push_back(pid);
+  for (uint32_t pid : vanished) retire(pid);
+
+  uint64_t scraped;
+  {
+    std::lock_guard g(mu_);
+    scraped = scraped_seq_;
+  }
+  uint64_t seq = ++seq_;
+  auto now = std::chrono::steady_clock::now();
+  for (auto it = gone_.begin(); it != gone_.end();) {
+    bool expired = std::chrono::duration<double>(now - it->exited_at).count() > cfg_.retain_exited_s;
+    if (it->published_seq && (scraped >= it->published_seq || expired)) {
+      auto& t = folded_[comm_key(*it)];
+      for (auto& [_, n] : it->kernels) t.launches += n;
+      t.graph_launches += it->graph_launches;
+      if (it->has_mem) t.allocations += it->mem.allocs_ok;
+      it = gone_.erase(it);
+      continue;
+    }
+    if (!it->published_seq) it->published_seq = seq;
+    ++it;
+  }
+  for (auto& [_, p] : live_) choose_named(p);
+  for (auto& p : gone_) choose_named(p);
+
+  auto pub = std::make_shared<Published>();
+  pub->seq = seq;
+  pub->metrics = render_metrics(in, &pub->series);
+  pub->processes = render_processes();
+  pub->kernels = render_kernels();
+  pub->leaks = render_leaks();
+  pub->health = render_health(in, pub->series);
+  render_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard g(mu_);
+  pub_ = std::move(pub);
+}
+
+size_t AgentView::series() const {
+  std::lock_guard g(mu_);
+  return pub_ ? pub_->series : 0;
+}
+
+HttpReply AgentView::serve(const std::string& path) {
+  std::shared_ptr<const Published> pub;
+  {
+    std::lock_guard g(mu_);
+    pub = pub_;
+    if (pub && path == "/metrics") {
+      scraped_seq_ = std::max(scraped_seq_, pub->seq);
+      scrapes_++;
+    }
+  }
+  HttpReply r;
+  if (!pub) {
+    r.status = 503;
+    r.body = "starting\n";
+    return r;
+  }
+  r.content_type = "application/json";
+  if (path == "/metrics") {
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = pub->metrics;
+  } else if (path == "/api/processes") {
+    r.body = pub->processes;
+  } else if (path == "/api/kernels") {
+    r.body = pub->kernels;
+  } else if (path == "/api/leaks") {
+    r.body = pub->leaks;
+  } else if (path == "/api/health") {
+    r.body = pub->health;
+  } else if (path == "/api/starvation/folded") {
+    r.status = 503;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "the starvation collector is not served by this agent yet\n";
+  } else if (path == "/") {
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/health\n";
+  } else {
+    r.status = 404;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "not found\n";
+  }
+  return r;
+}
+
+std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
+  PromSet m;
+  auto plabels = [](const Proc& p) {
+    return PromLabels{{"pid", std::to_string(p.pid)},
+                      {"comm", p.comm},
+                      {"container", p.labels.container},
+                      {"pod", p.labels.pod},
+                      {"namespace", p.labels.ns}};
+  };
+  auto each = [&](auto fn) {
+    for (auto& [_, p] : live_) fn(p);
+    for (auto& p : gone_) fn(p);
+  };
+  if (in.kernels) {
+    m.family("gpuscope_kernel_launches_total", T::counter,
+             "Kernel launches per process and kernel; kernels beyond the busiest --max-kernels-per-process are "
+             "summed in kernel=\"other\"");
+    m.family("gpuscope_graph_launches_total", T::counter, "CUDA graph launches per process");
+    m.family("gpuscope_comm_kernel_launches_total", T::counter,
+             "Kernel launches per process name and container, exited processes included");
+    std::map<CommKey, CommTotals> comm = folded_;
+    each([&](const Proc& p) {
+      auto l = plabels(p);
+      uint64_t other = 0, all = 0;
+      for (auto& [k, n] : p.kernels) {
+        all += n;
+        if (!p.named.count(k)) {
+          other += n;
+          continue;
+        }
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", k.first}, {"module", k.second}}, static_cast<double>(n));
+      }
+      if (other || p.kernels.size() > p.named.size()) {
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", "other"}, {"module", ""}}, static_cast<double>(other));
+      }
+      if (p.graph_launches) m.add("gpuscope_graph_launches_total", l, static_cast<double>(p.graph_launches));
+      auto& t = comm[comm_key(p)];
+      t.launches += all;
+      t.graph_launches += p.graph_launches;
+    });
+    for (auto& [k, t] : comm) {
+      auto& [c, ctr, pod, ns] = k;
+      m.add("gpuscope_comm_kernel_launches_total", {{"comm", c}, {"container", ctr}, {"pod", pod}, {"namespace", ns}},
+            static_cast<double>(t.launches));
+    }
+  }
+  if (in.memleak) {
+    m.family("gpuscope_memory_outstanding_bytes", T::gauge,
+             "GPU memory allocated and not yet freed, per process and category (device: device, managed and VMM; "
+             "pinned_host: page-locked host memory)");
+    m.family("gpuscope_memory_outstanding_allocations", T::gauge, "Allocations not yet freed, per process");
+    m.family("gpuscope_memory_allocations_total", T::counter, "Allocating calls per process and result");
+    m.family("gpuscope_memory_frees_total", T::counter, "Freeing calls per process and result");
+    m.family("gpuscope_comm_memory_allocations_total", T::counter,
+             "Successful allocations per process name and container, exited processes included");
+    m.family("gpuscope_memory_leaked_bytes_total", T::counter,
+             "Bytes still allocated when a process exited or exec'd, per process name and container");
+    m.family("gpuscope_memory_leaked_allocations_total", T::counter,
+             "Allocations still live when a process exited or exec'd, per process name and container");
+    std::map<CommKey, uint64_t> comm;
+    for (auto& [k, t] : folded_) comm[k] = t.allocations;
+    each([&](const Proc& p) {
+      if (!p.has_mem) return;
+      auto l = plabels(p);
+      auto cat = [&](const char* c) {
+        auto x = l;
+        x.push_back({"category", c});
+        return x;
+      };
+      auto res = [&](const char* r) {
+        auto x = l;
+        x.push_back({"result", r});
+        return x;
+      };
+      const gs_ml_proc& c = p.mem;
+      m.add("gpuscope_memory_outstanding_bytes", cat("device"), static_cast<double>(c.outstanding_bytes));
+      m.add("gpuscope_memory_outstanding_bytes", cat("pinned_host"), static_cast<double>(c.pinned_bytes));
+      m.add("gpuscope_memory_outstanding_allocations", cat("device"), static_cast<double>(c.outstanding_allocs));
+      m.add("gpuscope_memory_outstanding_allocations", cat("pinned_host"), static_cast<double>(c.pinned_allocs));
+      m.add("gpuscope_memory_allocations_total", res("ok"), static_cast<double>(c.allocs_ok));
+      m.add("gpuscope_memory_allocations_total", res("failed"), static_cast<double>(c.allocs_failed));
+      m.add("gpuscope_memory_frees_total", res("ok"), static_cast<double>(c.frees_ok));
+      m.add("gpuscope_memory_frees_total", res("failed"), static_cast<double>(c.frees_failed));
+      m.add("gpuscope_memory_frees_total", res("bad"), static_cast<double>(c.bad_frees));
+      m.add("gpuscope_memory_frees_total", res("untracked"), static_cast<double>(c.frees_untracked));
+      comm[comm_key(p)] += c.allocs_ok;
+    });
+    for (auto& [k, n] : comm) {
+      auto& [c, ctr, pod, ns] = k;
+      m.add("gpuscope_comm_memory_allocations_total",
+            {{"comm", c}, {"container", ctr}, {"pod", pod}, {"namespace", ns}}, static_cast<double>(n));
+    }
+    for (auto& [k, t] : leaked_) {
+      m.add("gpuscope_memory_leaked_bytes_total", {{"comm", k.first}, {"container", k.second}},
+            static_cast<double>(t.bytes));
+      m.add("gpuscope_memory_leaked_allocations_total", {{"comm", k.first}, {"container", k.second}},
+            static_cast<double>(t.allocations));
+    }
+  }
+  if (in.latency) {
+    m.family("gpuscope_api_calls_total", T::counter, "CUDA API calls by API, layer and result (return code name)");
+    m.family("gpuscope_api_duration_seconds", T::histogram,
+             "CUDA API call duration, from the in-kernel log2 histograms; _sum is estimated from bucket midpoints");
+    std::vector<double> bounds;
+    for (unsigned b = kFirstBucket; b <= kLastBucket; b++) bounds.push_back(static_cast<double>(bucket_le(b)) / 1e9);
+    for (auto& [key, row] : in.latency->rows) {
+      unsigned api = key.second;
+      PromLabels l{{"api", api_symbol(api)}, {"layer", layer_name(api_desc(api).layer)}};
+      for (auto& [ret, n] : row.rets) {
+        auto x = l;
+        x.push_back({"result", latency_ret_name(api, ret)});
+        m.add("gpuscope_api_calls_total", x, static_cast<double>(n));
+      }
+      std::vector<uint64_t> counts(bounds.size() + 1, 0);
+      double sum_s = 0;
+      for (unsigned b = 0; b < kLatBuckets; b++) {
+        uint64_t n = row.buckets[b];
+        if (!n) continue;
+        unsigned i = b <= kFirstBucket ? 0 : b - kFirstBucket;
+        counts[std::min<size_t>(i, bounds.size())] += n;
+        double hi = std::min<double>(static_cast<double>(bucket_le(b)), row.max_ns ? row.max_ns : 1e300);
+        sum_s += n * (static_cast<double>(bucket_low(b)) + hi) / 2 * 1e-9;
+      }
+      m.histogram("gpuscope_api_duration_seconds", l, bounds, counts, sum_s);
+    }
+  }
+  if (in.devices) add_device_metrics(m, *in.devices, in.hostname, in.bridge_age_s);
+  m.family("gpuscope_events_lost_total", T::counter,
+           "Events or calls a collector could not record, by collector and reason");
+  for (auto& [k, n] : in.lost)
+    m.add("gpuscope_events_lost_total", {{"collector", k.first}, {"reason", k.second}}, static_cast<double>(n));
+  m.family("gpuscope_collector_up", T::gauge, "1 when the collector runs; /api/health says why not");
+  for (auto& c : in.collectors) m.add("gpuscope_collector_up", {{"collector", c.name}}, c.up ? 1 : 0);
+  m.family("gpuscope_exported_processes", T::gauge, "Processes with series, by state");
+  m.add("gpuscope_exported_processes", {{"state", "running"}}, static_cast<double>(live_.size()));
+  m.add("gpuscope_exported_processes", {{"state", "exited"}}, static_cast<double>(gone_.size()));
+  add_process_metrics(m);
+  *series = m.series();
+  return m.text();
+}
+
+std::string AgentView::render_processes() {
+  fmt::memory_buffer b;
+  JsonLine j(b);
+  j.begin_array("processes");
+  auto one = [&](const Proc& p) {
+    j.begin_object();
+    j.num("pid", p.pid).str("comm", p.comm).str("container", p.labels.container).str("pod", p.labels.pod);
+    j.str("namespace", p.labels.ns).str("state", p.exited ? "exited" : "running");
+    uint64_t launches = 0;
+    for (auto& [_, n] : p.kernels) launches += n;
+    j.num("kernel_launches", launches).num("graph_launches", p.graph_launches).num("kernels", p.kernels.size());
+    if (p.has_mem) {
+      j.num("outstanding_bytes", p.mem.outstanding_bytes).num("outstanding_allocs", p.mem.outstanding_allocs);
+      j.num("pinned_bytes", p.mem.pinned_bytes).num("allocs_ok", p.mem.allocs_ok);
+      j.num("allocs_failed", p.mem.allocs_failed).num("frees_ok", p.mem.frees_ok).num("bad_frees", p.mem.bad_frees);
+    }
+    j.end_object();
+  };
+  for (auto& [_, p] : live_) one(p);
+  for (auto& p : gone_) one(p);
+  j.end_array().end();
+  return body(b);
+}
+
+std::string AgentView::render_kernels() {
+  fmt::memory_buffer b;
+  JsonLine j(b);
+  j.begin_array("kernels");
+  auto one = [&](const Proc& p) {
+    uint64_t other = 0;
+    std::vector<std::pair<uint64_t, const KernelKey*>> v;
+    for (auto& [k, n] : p.kernels)
+      if (p.named.count(k))
+        v.push_back({n, &k});
+      else
+        other += n;
+    std::sort(v.begin(), v.end(), [](auto& a, auto& c) { return a.first > c.first; });
+    auto row = [&](const std::string& k, const std::string& mod, uint64_t n) {
+      j.begin_object().num("pid", p.pid).str("comm", p.comm).str("container", p.labels.container);
+      j.str("kernel", k).str("module", mod).num("launches", n).end_object();
+    };
+    for (auto& [n, k] : v) row(k->first, k->second, n);
+    if (p.kernels.size() > p.named.size()) row("other", "", other);
+  };
+  for (auto& [_, p] : live_) one(p);
+  for (auto& p : gone_) one(p);
+  j.end_array().end();
+  return body(b);
+}
+
+std::string AgentView::render_leaks() {
+  fmt::memory_buffer b;
+  JsonLine j(b);
+  j.begin_array("leaks");
+  for (auto& r : leak_reports_) {
+    j.begin_object().num("pid", r.pid).str("comm", r.comm).str("container", r.container).str("state", r.state);
+    j.num("leaked_bytes", r.bytes).begin_array("allocations");
+    for (auto& l : r.leaks) {
+      j.begin_object().hex("addr", l.addr).num("size_bytes", l.size).str("api", api_symbol(l.api));
+      j.str("category", category_name(l.category)).num("age_ns", l.age_ns).end_object();
+    }
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.begin_array("totals");
+  for (auto& [k, t] : leaked_)
+    j.begin_object()
+        .str("comm", k.first)
+        .str("container", k.second)
+        .num("leaked_bytes", t.bytes)
+        .num("leaked_allocations", t.allocations)
+        .end_object();
+  j.end_array().end();
+  return body(b);
+}
+
+std::string AgentView::render_health(const AgentInput& in, size_t series) {
+  fmt::memory_buffer b;
+  JsonLine j(b);
+  bool all = true;
+  j.begin_array("collectors");
+  for (auto& c : in.collectors) {
+    all = all && c.up;
+    j.begin_object().str("name", c.name).boolean("up", c.up);
+    if (!c.up) j.str("why", c.why);
+    j.end_object();
+  }
+  j.end_array();
+  j.begin_array("events_lost");
+  for (auto& [k, n] : in.lost)
+    j.begin_object().str("collector", k.first).str("reason", k.second).num("events", n).end_object();
+  j.end_array();
+  uint64_t scrapes;
+  {
+    std::lock_guard g(mu_);
+    scrapes = scrapes_;
+  }
+  j.str("status", all ? "ok" : "degraded").num("series", series).num("scrapes", scrapes);
+  j.num("processes_running", live_.size()).num("processes_exited", gone_.size()).end();
+  return body(b);
+}
+
+void add_process_metrics(PromSet& m) {
+  static const long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  std::string stat = read_file("/proc/self/stat");
+  size_t rp = stat.rfind(')');
+  std::vector<std::string> f;
+  if (rp != std::string::npos) {
+    std::istringstream ss(stat.substr(rp + 2));
+    for (std::string s; ss >> s;) f.push_back(s);
+  }
+  // Fields from state (3) on: utime 14, stime 15, starttime 22, vsize 23, rss 24.
+  auto field = [&](int n) { return n - 3 < static_cast<int>(f.size()) ? std::stod(f[n - 3]) : 0.0; };
+  m.family("process_cpu_seconds_total", T::counter, "User and system CPU time of the agent, in seconds");
+  m.add("process_cpu_seconds_total", {}, (field(14) + field(15)) / tick);
+  m.family("process_resident_memory_bytes", T::gauge, "Resident memory of the agent, in bytes");
+  m.add("process_resident_memory_bytes", {}, field(24) * page);
+  m.family("process_virtual_memory_bytes", T::gauge, "Virtual memory of the agent, in bytes");
+  m.add("process_virtual_memory_bytes", {}, field(23));
+  double boot = 0;
+  std::istringstream st(read_file("/proc/stat"));
+  for (std::string line; std::getline(st, line);)
+    if (line.rfind("btime ", 0) == 0) boot = std::stod(line.substr(6));
+  m.family("process_start_time_seconds", T::gauge, "Start time of the agent since the Unix epoch, in seconds");
+  m.add("process_start_time_seconds", {}, boot + field(22) / tick);
+  size_t fds = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') fds++;
+    closedir(d);
+    fds--;  // the directory stream's own
+  }
+  m.family("process_open_fds", T::gauge, "Open file descriptors of the agent (BPF maps, programs and links included)");
+  m.add("process_open_fds", {}, static_cast<double>(fds));
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  m.family("process_max_fds", T::gauge, "The agent's limit of open file descriptors");
+  m.add("process_max_fds", {}, static_cast<double>(rl.rlim_cur));
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,135 @@
+#pragma once
+// The agent's view: per-process, per-kernel and host-wide state from the collectors, turned
+// into Prometheus text and JSON API bodies once per refresh. The loop thread feeds and
+// publishes; the HTTP thread only reads what was published.
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "agent/devices.h"
+#include "agent/http.h"
+#include "agent/labels.h"
+#include "agent/prom.h"
+#include "kernels/kernels_collector.h"
+#include "latency/latency_collector.h"
+#include "memleak/memleak_collector.h"
+
+namespace gpuscope {
+
+struct CollectorStatus {
+  std::string name;
+  bool up = false;
+  std::string why;  // when down
+};
+
+// What one refresh hands the view.
+struct AgentInput {
+  const std::vector<KernelRow>* kernels = nullptr;     // null: collector off
+  const MemleakSnapshot* memleak = nullptr;            // null: collector off
+  const LatencySnapshot* latency = nullptr;            // null: collector off
+  const std::vector<DeviceSample>* devices = nullptr;  // null: bridge off or not readable
+  std::string hostname;
+  double bridge_age_s = 0;
+  std::vector<CollectorStatus> collectors;                       // every collector asked for
+  std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (collector, reason) -> events
+};
+
+class AgentView {
+ public:
+  struct Config {
+    unsigned max_kernels_per_process = 50;
+    double retain_exited_s = 60;  // drop an exited process's series even if nobody scraped
+    std::string pods_dir = "/var/log/pods";
+  };
+  explicit AgentView(Config cfg) : cfg_(std::move(cfg)), labels_(cfg_.pods_dir) {}
+
+  // Loop thread: a process's final kernel rows, or its final memory summary and leaks.
+  void kernels_exited(uint32_t pid, const std::vector<KernelRow>& rows);
+  void memleak_ended(const MemleakProcess& p, const std::vector<MemleakLeak>& leaks);
+  // Loop thread: takes the snapshots, folds processes gone and scraped, and publishes.
+  void refresh(const AgentInput& in);
+  // Any thread.
+  HttpReply serve(const std::string& path);
+  // Series in the last published /metrics.
+  size_t series() const;
+  // Seconds the last refresh took to render everything.
+  double render_s() const { return render_s_; }
+
+ private:
+  using KernelKey = std::pair<std::string, std::string>;  // (kernel, module)
+  struct Proc {
+    uint32_t pid = 0;
+    std::string comm;
+    ProcLabels labels;
+    std::map<KernelKey, uint64_t> kernels;  // launches, handles naming the same kernel summed
+    uint64_t graph_launches = 0;
+    std::set<KernelKey> named;  // kernels with their own series (sticky, at most max_kernels)
+    bool has_mem = false;
+    gs_ml_proc mem{};
+    bool exited = false;
+    std::chrono::steady_clock::time_point exited_at{};
+    uint64_t published_seq = 0;  // the first publication that held its final values
+    bool seen = false;           // in this refresh's snapshots
+  };
+  // Totals of one comm in one container: what exited processes leave behind.
+  using CommKey = std::tuple<std::string, std::string, std::string, std::string>;  // comm, container, pod, ns
+  struct CommTotals {
+    uint64_t launches = 0, graph_launches = 0, allocations = 0;
+  };
+  struct LeakTotals {
+    uint64_t bytes = 0, allocations = 0;
+  };
+  struct LeakReport {
+    uint32_t pid;
+    std::string comm, container, state;
+    uint64_t bytes = 0;
+    std::vector<MemleakLeak> leaks;  // the largest few
+  };
+  struct Published {
+    uint64_t seq = 0;
+    size_t series = 0;
+    std::string metrics, processes, kernels, leaks, health;
+  };
+
+  Proc& proc(uint32_t pid, const std::string& comm);
+  Proc* gone(uint32_t pid);
+  void retire(uint32_t pid);
+  void set_kernels(Proc& p, const std::vector<KernelRow>& rows);
+  static CommKey comm_key(const Proc& p) { return {p.comm, p.labels.container, p.labels.pod, p.labels.ns}; }
+  void choose_named(Proc& p);
+  std::string render_metrics(const AgentInput& in, size_t* series);
+  std::string render_processes();
+  std::string render_kernels();
+  std::string render_leaks();
+  std::string render_health(const AgentInput& in, size_t series);
+
+  Config cfg_;
+  LabelCache labels_;
+  std::map<uint32_t, Proc> live_;
+  std::deque<Proc> gone_;  // exited, still exported until scraped once
+  std::map<CommKey, CommTotals> folded_;
+  std::map<std::pair<std::string, std::string>, LeakTotals> leaked_;  // (comm, container)
+  std::deque<LeakReport> leak_reports_;
+  uint64_t seq_ = 0;
+  double render_s_ = 0;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const Published> pub_;
+  uint64_t scraped_seq_ = 0;  // the latest publication /metrics has served
+  uint64_t scrapes_ = 0;
+};
+
+// The agent's own footprint (Prometheus's process_* metrics).
+void add_process_metrics(PromSet& m);
+
+}  // namespace gpuscope

@@ -1,0 +1,36 @@
+#pragma once
+// Device series from a running `gpuscope bridge`, read from its pinned maps (schema 1,
+// bridge/bridge_maps.h), labelled as dcgm-exporter labels them (gpu, UUID, modelName,
+// Hostname) so that the two join in PromQL. UUID and model name come from NVML when it loads.
+#include <string>
+#include <vector>
+
+#include "agent/prom.h"
+#include "bridge/bridge_maps.h"
+
+namespace gpuscope {
+
+struct DeviceSample {
+  unsigned gpu = 0;
+  std::string uuid, model;
+  gpu_device_metrics m{};
+};
+
+class BridgeReader {
+ public:
+  // nvml: the library to dlopen for names ("" or unloadable: UUID and modelName stay empty).
+  BridgeReader(std::string pin_dir, const std::string& nvml);
+  ~BridgeReader();
+  // The devices now; throws std::runtime_error saying why there are none (no bridge, stale).
+  std::vector<DeviceSample> read(double* age_s);
+  const std::string& hostname() const { return host_; }
+
+ private:
+  std::string dir_, host_;
+  void* nvml_ = nullptr;
+  std::vector<std::pair<std::string, std::string>> names_;  // (UUID, model) by index, read once
+};
+
+void add_device_metrics(PromSet& m, const std::vector<DeviceSample>& devs, const std::string& hostname, double age_s);
+
+}  // namespace gpuscope

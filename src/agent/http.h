@@ -1,0 +1,41 @@
+#pragma once
+// A small HTTP/1.1 server over libmicrohttpd (its static archive; no TLS): GET only, one
+// handler, run on libmicrohttpd's own polling thread.
+#include <netinet/in.h>
+
+#include <functional>
+#include <string>
+
+struct MHD_Daemon;
+
+namespace gpuscope {
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+// "ADDR:PORT" (IPv4, or [IPv6]:PORT); throws UsageError with one line when it is not one.
+sockaddr_storage parse_listen(const std::string& text);
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpReply(const std::string& path)>;
+  // Binds and starts serving; throws UsageError when the address cannot be bound.
+  HttpServer(const std::string& listen, Handler h);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  // The port bound (useful with port 0).
+  int port() const { return port_; }
+
+ private:
+  Handler handler_;
+  MHD_Daemon* d_ = nullptr;
+  int fd_ = -1;
+  int port_ = 0;
+  friend struct HttpAccess;
+};
+
+}  // namespace gpuscope
