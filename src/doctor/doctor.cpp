@@ -328,8 +328,8 @@ std::vector<Sub> judge(const Doctor& d) {
       {"run", {}, {}},  // starts a command: needs nothing of the host
   };
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace",   "bridge",  "latency",    "ioctl",    "uvm",
-                                              "kernels", "memleak", "starvation", "timeline", "run"};
+  static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",  "kernels",
+                                              "memleak", "starvation", "timeline", "run",   "agent"};
   auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
