@@ -620,8 +620,8 @@ std::vector<std::string> value_options(const std::string& sub) {
 }
 
 // Options whose value is text, not a number.
-const std::set<std::string> kTextOptions = {"--comm", "--lib", "--api", "--layer", "--pin-dir",
-                                            "--folded", "--svg", "--nvml"};
+const std::set<std::string> kTextOptions = {"--comm", "--lib", "--api",   "--layer",     "--pin-dir",
+                                            "--folded", "--svg", "--nvml", "--cupti-lib", "--output", "--count-layer"};
 
 }  // namespace
 
