@@ -53,6 +53,8 @@ class Discovery {
   CudaObject add_path(const std::string& path);
   // The object is attached: later scans skip it.
   void attached(const CudaObject& obj);
+  // Whether the file (by device and inode, whatever its name) is attached or settled already.
+  bool settled(const CudaObject& obj) const { return done_.count({obj.dev, obj.ino}) > 0; }
   // Attaching failed through every path offered; returns false when it is given up for good.
   bool attach_failed(const CudaObject& obj);
   static constexpr int kMaxAttempts = 3;

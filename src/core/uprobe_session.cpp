@@ -129,6 +129,9 @@ size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& p
 }
 
 bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
+  // One file under several names (the linker cache lists libcuda.so.1 and libcuda.so, a
+  // driver directory is mounted twice): a second probe on the same inode would count twice.
+  if (disc_->settled(obj)) return true;
   size_t wanted_sites = 0;
   for (auto& c : clients_)
     for (auto& p : c.probes) wanted_sites += sites_of(obj, p.rows).offsets.size();

@@ -1,6 +1,7 @@
 // gpuscope kernels against real processes: nvcc programs on the real libcudart (shared and
 // static) and on the stand-in runtime with opaque handles, the stand-in driver, bad input.
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -134,6 +135,26 @@ TEST(Kernels, UnknownDriverLayoutFallsBackWithoutWrongNames) {
   EXPECT_EQ(final_rows(lines, pid)["[unknown kernels_app]"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
   for (auto& l : lines) EXPECT_EQ(l.dump().find("not_this_kernel"), std::string::npos) << l.dump();
   EXPECT_NE(err.find("hold no name that matches"), std::string::npos) << err;
+}
+
+// The linker cache lists libcuda.so.1 and libcuda.so, one file: probed once, counted once.
+TEST(Kernels, OneFileUnderTwoNamesIsCountedOnce) {
+  std::string drv = standin_lib_dir() + "/libcuda.so.1";
+  std::string link = "/tmp/gstest-libcuda-" + std::to_string(getpid()) + ".so";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink(drv.c_str(), link.c_str()), 0);
+  Process g({gpuscope_bin(), "kernels", "--json", "--lib", drv, "--lib", link});
+  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
+  Process w({standin_app(), "driver", "2"});
+  pid_t pid = ready_pid(w);
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  sleep_s(0.5);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  unlink(link.c_str());
+  auto rows = final_rows(parse_lines(g.out()), pid);
+  EXPECT_EQ(rows["kern_a"].first, 5u) << g.out();
+  EXPECT_EQ(rows["kern_b"].first, 3u) << g.out();
 }
 
 TEST(Kernels, DriverNames) {
