@@ -1,0 +1,14 @@
+# deploy/: the alert rules under promtool, the Kubernetes manifests against the API schemas
+# (offline, tests/deploy/node_modules from scripts/deps.sh), the systemd unit under
+# systemd-analyze, and the agent's anomaly rules, governor and the metric names that dashboards
+# and rules use, against real scrapes (deploy_test).
+set(GS_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
+add_test(NAME deploy_rules_check COMMAND promtool check rules ${GS_DEPLOY}/prometheus/rules.yml)
+add_test(NAME deploy_rules_unit COMMAND promtool test rules rules_test.yml WORKING_DIRECTORY ${GS_DEPLOY}/prometheus)
+add_test(NAME deploy_k8s_schema COMMAND node ${PROJECT_SOURCE_DIR}/tests/deploy/validate_k8s.js
+  ${GS_DEPLOY}/k8s/daemonset.yaml ${GS_DEPLOY}/k8s/service.yaml ${GS_DEPLOY}/k8s/monitoring.yaml)
+add_test(NAME deploy_k8s_negative COMMAND bash ${PROJECT_SOURCE_DIR}/tests/deploy/k8s_negative.sh)
+# systemd-analyze verify wants ExecStart's binary to exist: the built one stands in for /usr/local/bin's.
+add_test(NAME deploy_systemd_verify COMMAND sh -c
+  "d=$(mktemp -d) && sed 's#/usr/local/bin/gpuscope#$<TARGET_FILE:gpuscope>#' ${GS_DEPLOY}/systemd/gpuscope-agent.service > $d/gpuscope-agent.service && systemd-analyze verify $d/gpuscope-agent.service; r=$?; rm -rf $d; exit $r")
+set_tests_properties(deploy_systemd_verify PROPERTIES FAIL_REGULAR_EXPRESSION "[^ ]")
