@@ -99,7 +99,9 @@ class Agent {
     std::string lib = standin_lib_dir();
     std::vector<std::string> argv = {gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-c", w.comm(),
                                      "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13", "--interval",
-                                     "0.2", "--bridge-pin-dir", w.dir() + "/no-bridge"};
+                                     "0.2"};
+    if (std::find(extra.begin(), extra.end(), "--bridge-pin-dir") == extra.end())
+      argv.insert(argv.end(), {"--bridge-pin-dir", w.dir() + "/no-bridge"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv, env);
     if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
