@@ -144,7 +144,7 @@ int run_agent(const AgentOptions& o) {
   if (o.max_cpu_percent > 0) {
     std::vector<Governor::Step> steps = {{"refresh every 4th interval", 4}, {"refresh every 16th interval", 4}};
     governor = std::make_unique<Governor>(Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3},
-                                          steps, [&](unsigned level) {
+                                          steps, [&refresh_every, steps](unsigned level) {
                                             refresh_every = 1;
                                             for (unsigned i = 0; i < level; i++)
                                               refresh_every *= static_cast<unsigned>(steps[i].factor);
