@@ -28,7 +28,7 @@ unsigned Governor::decide(double cpu) {
     if (level_ < steps_.size()) return ++level_;
     return level_;
   }
-  if (level_ && cpu * steps_[level_ - 1].factor < 0.8 * cfg_.max_cpu_percent) {
+  if (level_ && cpu < 0.5 * cfg_.max_cpu_percent) {
     if (++calm_ >= cfg_.calm_windows) {
       calm_ = 0;
       return --level_;

@@ -1,8 +1,8 @@
 #pragma once
 // The overhead governor: keeps the agent's own CPU use (all its threads, user and system) under
 // --max-cpu-percent of one core. Past the limit over a window it steps down one level, each level
-// cutting work by its factor; it steps back up only when the CPU measured, times the factor of
-// the level it would restore, stays under 80 % of the limit for a few windows (no see-saw).
+// cutting work by its factor; it steps back up after a few windows under half the limit (a
+// margin, so that restoring does not push it straight back over).
 #include <cstdint>
 #include <functional>
 #include <string>

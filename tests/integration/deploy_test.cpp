@@ -98,8 +98,8 @@ class Agent {
   Agent(const Workload& w, std::vector<std::string> extra = {}, std::vector<std::string> env = {}) {
     std::string lib = standin_lib_dir();
     std::vector<std::string> argv = {gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-c", w.comm(),
-                                     "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13", "--interval",
-                                     "0.2"};
+                                     "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13"};
+    if (std::find(extra.begin(), extra.end(), "--interval") == extra.end()) argv.insert(argv.end(), {"--interval", "0.2"});
     if (std::find(extra.begin(), extra.end(), "--bridge-pin-dir") == extra.end())
       argv.insert(argv.end(), {"--bridge-pin-dir", w.dir() + "/no-bridge"});
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -352,4 +352,37 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
     EXPECT_EQ(a.stop(), 0);
   }
   for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
+}
+
+// The governor: a storm of short-lived launching processes (10 at a time for 12 s) takes the
+// agent over --max-cpu-percent; it steps down (logged, gpuscope_governor_level) and, once the
+// storm is over, back up to 0. One process's launches alone would not do it: they are counted in
+// BPF and cost the agent nothing (docs/deploy.md).
+TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
+  Workload w;
+  Agent a(w, {"--interval", "0.05", "--max-cpu-percent", "6"});
+  sleep_s(4.5);
+  std::string m = a.metrics();
+  ASSERT_EQ(value_of(m, "gpuscope_governor_level", {}), 0) << a.proc().err();
+  EXPECT_EQ(value_of(m, "gpuscope_governor_limit_ratio", {}), 0.06);
+  double most = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  while (std::chrono::steady_clock::now() < end) {
+    std::vector<std::unique_ptr<Process>> batch;
+    for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
+    for (auto& p : batch) ASSERT_EQ(p->wait(30), 0) << p->err();
+    most = std::max(most, value_of(a.metrics(), "gpuscope_governor_level", {}));
+  }
+  EXPECT_GE(most, 1) << a.proc().err();
+  std::string back = a.until([](const std::string& t) { return value_of(t, "gpuscope_governor_level", {}) == 0; }, 40);
+  EXPECT_NE(back, "") << a.proc().err();
+  EXPECT_GE(value_of(back, "gpuscope_governor_level_changes_total", {}), 2 * most);
+  auto h = a.api("/api/health");
+  EXPECT_EQ(h["governor"]["level"], 0) << h.dump();
+  EXPECT_EQ(a.stop(), 0);
+  std::string err = a.proc().err();
+  EXPECT_NE(err.find("governor level 1: CPU"), std::string::npos) << err;
+  EXPECT_NE(err.find("over 6.0%: refresh every 4th interval"), std::string::npos) << err;
+  EXPECT_NE(err.find("governor level 0: CPU"), std::string::npos) << err;
+  EXPECT_NE(err.find("restored: refresh every 4th interval"), std::string::npos) << err;
 }

@@ -6,22 +6,22 @@
 
 using namespace gpuscope;
 
-TEST(Governor, StepsDownOverTheLimitAndUpOnlyWhenRestoringFits) {
+TEST(Governor, StepsDownOverTheLimitAndUpUnderHalfOfIt) {
   std::vector<unsigned> seen;
   Governor g({2, 2, 3}, {{"a", 4}, {"b", 4}}, nullptr);
   EXPECT_EQ(g.decide(1.5), 0u);
   EXPECT_EQ(g.decide(9), 1u);
   EXPECT_EQ(g.decide(3), 2u);
   EXPECT_EQ(g.decide(50), 2u) << "no level below the last";
-  // At level 2, 0.5 % times 4 is 2 %: over 80 % of the limit, so it stays.
-  for (int i = 0; i < 5; i++) EXPECT_EQ(g.decide(0.5), 2u);
-  // 0.3 % times 4 = 1.2 % fits: up after 3 calm windows, not before.
-  EXPECT_EQ(g.decide(0.3), 2u);
-  EXPECT_EQ(g.decide(0.3), 2u);
-  EXPECT_EQ(g.decide(0.3), 1u);
+  // Under the limit but not under half of it: it stays.
+  for (int i = 0; i < 5; i++) EXPECT_EQ(g.decide(1.5), 2u);
+  // Under half: up after 3 calm windows, not before.
+  EXPECT_EQ(g.decide(0.9), 2u);
+  EXPECT_EQ(g.decide(0.9), 2u);
+  EXPECT_EQ(g.decide(0.9), 1u);
   // A window over the limit resets the calm count.
-  EXPECT_EQ(g.decide(0.3), 1u);
-  EXPECT_EQ(g.decide(0.3), 1u);
+  EXPECT_EQ(g.decide(0.9), 1u);
+  EXPECT_EQ(g.decide(0.9), 1u);
   EXPECT_EQ(g.decide(2.5), 2u);
   EXPECT_EQ(g.level(), 2u);
   EXPECT_EQ(g.cpu_percent(), 2.5);
