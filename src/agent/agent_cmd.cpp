@@ -291,7 +291,7 @@ void register_agent(CLI::App& app) {
   cmd->add_option("--pods-dir", o->pods_dir, "The kubelet's pod log directory, for pod and namespace names");
   add_number(cmd, "--alloc-alert-bytes", o->anomaly.alloc_alert_bytes,
              "Anomaly: a process holding more GPU memory than BYTES while another holds some (default 1 GiB)", "bytes",
-             1, 1ull << 50);
+             1, 1e15);
   add_number(cmd, "--growth-intervals", o->anomaly.growth_intervals,
              "Anomaly: GPU memory rising over N refreshes without a fall (default 30)", "refreshes", 2, 100000);
   add_number(cmd, "--error-burst-rate", o->anomaly.error_burst_per_s,
