@@ -30,6 +30,6 @@ if [ ! -d "$(dirname "$0")/../tests/deploy/node_modules/kubernetes-models" ]; th
   npm ci --prefix "$(dirname "$0")/../tests/deploy" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "deps: the CUDA 13 toolkit (nvcc, libcudart.so.13, cuda.h) is expected in /usr/local/cuda" >&2
+  echo "deps: the CUDA 13 toolkit (nvcc, libcudart.so.13, cuda.h, cupti.h and libcupti.so.13) is expected in /usr/local/cuda" >&2
   exit 1
 fi
