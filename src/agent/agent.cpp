@@ -196,6 +196,7 @@ void AgentView::refresh(const AgentInput& in) {
   pub->kernels = render_kernels();
   pub->leaks = render_leaks();
   pub->health = render_health(in, pub->series);
+  if (in.anomalies) pub->anomalies = in.anomalies->json();
   render_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard g(mu_);
   pub_ = std::move(pub);
@@ -234,13 +235,20 @@ HttpReply AgentView::serve(const std::string& path) {
     r.body = pub->leaks;
   } else if (path == "/api/health") {
     r.body = pub->health;
+  } else if (path == "/api/anomalies") {
+    r.body = pub->anomalies;
+    if (r.body.empty()) {
+      r.status = 503;
+      r.content_type = "text/plain; charset=utf-8";
+      r.body = "anomaly rules are off\n";
+    }
   } else if (path == "/api/starvation/folded") {
     r.status = 503;
     r.content_type = "text/plain; charset=utf-8";
     r.body = "the starvation collector is not served by this agent yet\n";
   } else if (path == "/") {
     r.content_type = "text/plain; charset=utf-8";
-    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/health\n";
+    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/anomalies /api/health\n";
   } else {
     r.status = 404;
     r.content_type = "text/plain; charset=utf-8";
@@ -385,6 +393,8 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
   m.family("gpuscope_exported_processes", T::gauge, "Processes with series, by state");
   m.add("gpuscope_exported_processes", {{"state", "running"}}, static_cast<double>(live_.size()));
   m.add("gpuscope_exported_processes", {{"state", "exited"}}, static_cast<double>(gone_.size()));
+  if (in.anomalies) in.anomalies->add_metrics(m);
+  if (in.governor) in.governor->add_metrics(m);
   add_process_metrics(m);
   *series = m.series();
   return m.text();
@@ -488,7 +498,14 @@ std::string AgentView::render_health(const AgentInput& in, size_t series) {
     scrapes = scrapes_;
   }
   j.str("status", all ? "ok" : "degraded").num("series", series).num("scrapes", scrapes);
-  j.num("processes_running", live_.size()).num("processes_exited", gone_.size()).end();
+  j.num("processes_running", live_.size()).num("processes_exited", gone_.size());
+  if (in.governor) {
+    j.begin_object("governor").num("level", in.governor->level()).real("cpu_percent", in.governor->cpu_percent(), 2);
+    j.begin_array("reduced");
+    for (unsigned i = 0; i < in.governor->level(); i++) j.str(in.governor->steps()[i].name);
+    j.end_array().end_object();
+  }
+  j.end();
   return body(b);
 }
 

@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/anomaly.h"
 #include "agent/devices.h"
+#include "agent/governor.h"
 #include "agent/http.h"
 #include "agent/labels.h"
 #include "agent/prom.h"
@@ -42,6 +44,8 @@ struct AgentInput {
   double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for
   std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (collector, reason) -> events
+  const AnomalyRules* anomalies = nullptr;                       // null: rules off
+  const Governor* governor = nullptr;                            // null: governor off
 };
 
 class AgentView {
@@ -98,7 +102,7 @@ class AgentView {
   struct Published {
     uint64_t seq = 0;
     size_t series = 0;
-    std::string metrics, processes, kernels, leaks, health;
+    std::string metrics, processes, kernels, leaks, health, anomalies;
   };
 
   Proc& proc(uint32_t pid, const std::string& comm);

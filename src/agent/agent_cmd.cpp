@@ -1,7 +1,9 @@
 // gpuscope agent: the collectors always on, served as Prometheus metrics and a JSON API.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -29,6 +31,8 @@ struct AgentOptions {
   double interval_s = 1;
   double retain_s = 60;
   std::string pods_dir = "/var/log/pods";
+  AnomalyConfig anomaly;
+  double max_cpu_percent = 2;  // 0: governor off
 };
 
 const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "bridge"};
@@ -132,6 +136,21 @@ int run_agent(const AgentOptions& o) {
   if (kernels) kernels->watch(loop);
   if (memleak) memleak->watch(loop);
   if (session_started) session.watch(loop, false);
+  // The rules read what each refresh reads; the governor slows the refreshes (the collectors' map
+  // walks are the agent's main cost) when the agent's CPU passes --max-cpu-percent.
+  AnomalyRules anomalies(o.anomaly);
+  std::unique_ptr<Governor> governor;
+  unsigned refresh_every = 1, ticks = 0;
+  if (o.max_cpu_percent > 0) {
+    std::vector<Governor::Step> steps = {{"refresh every 4th interval", 4}, {"refresh every 16th interval", 4}};
+    governor = std::make_unique<Governor>(Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3},
+                                          steps, [&refresh_every, steps](unsigned level) {
+                                            refresh_every = 1;
+                                            for (unsigned i = 0; i < level; i++)
+                                              refresh_every *= static_cast<unsigned>(steps[i].factor);
+                                          });
+  }
+  auto last_refresh = std::chrono::steady_clock::now();
   loop.after_wakeup([&] {
     if (kernels) kernels->tick();
     if (memleak) memleak->tick();
@@ -168,6 +187,31 @@ int run_agent(const AgentOptions& o) {
       in.lost[{"latency", "histogram_map_full"}] = s.uncounted_hist_full;
     }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
+    {
+      std::vector<AnomalyRules::ProcMem> pm;
+      for (auto& p : m.processes) pm.push_back({p.pid, p.comm, p.counters.outstanding_bytes});
+      std::map<std::string, uint64_t> errors;
+      for (auto& [key, row] : l.rows)
+        for (auto& [ret, n] : row.rets)
+          if (ret != 0 && ret != 600) errors[api_symbol(key.second)] += n;  // 600: not ready (polling), not failed
+      auto now = std::chrono::steady_clock::now();
+      double dt = std::chrono::duration<double>(now - last_refresh).count();
+      last_refresh = now;
+      for (auto& e : anomalies.observe(pm, errors, dt)) {
+        fprintf(stderr, "gpuscope: agent: anomaly %s: %s\n", e.rule.c_str(), e.detail.c_str());
+        if (o.common.json) {
+          fmt::memory_buffer b;
+          JsonLine j(b);
+          j.str("type", "anomaly").str("rule", e.rule).num("pid", e.pid).str("comm", e.comm);
+          j.num("bytes", e.bytes).num("other_pid", e.other_pid).str("api", e.api).real("rate_per_s", e.rate_per_s, 1);
+          j.str("detail", e.detail).end();
+          fwrite(b.data(), 1, b.size(), stdout);
+          fflush(stdout);
+        }
+      }
+      in.anomalies = &anomalies;
+      in.governor = governor.get();
+    }
     in.collectors = status;
     std::vector<DeviceSample> devs;
     if (bridge) {
@@ -187,7 +231,10 @@ int run_agent(const AgentOptions& o) {
     view.refresh(in);
   };
   refresh();
-  loop.every(o.interval_s, refresh);
+  loop.every(o.interval_s, [&] {
+    if (governor) governor->tick();
+    if (++ticks % refresh_every == 0) refresh();
+  });
   auto st = session.stats();
   std::string up;
   for (auto& s : status)
@@ -242,6 +289,16 @@ void register_agent(CLI::App& app) {
                   "Where a running gpuscope bridge pins its maps (default /sys/fs/bpf)");
   cmd->add_option("--nvml", o->nvml, "NVML library, for the GPUs' UUID and model name (default libnvidia-ml.so.1)");
   cmd->add_option("--pods-dir", o->pods_dir, "The kubelet's pod log directory, for pod and namespace names");
+  add_number(cmd, "--alloc-alert-bytes", o->anomaly.alloc_alert_bytes,
+             "Anomaly: a process holding more GPU memory than BYTES while another holds some (default 1 GiB)", "bytes",
+             1, 1e15);
+  add_number(cmd, "--growth-intervals", o->anomaly.growth_intervals,
+             "Anomaly: GPU memory rising over N refreshes without a fall (default 30)", "refreshes", 2, 100000);
+  add_number(cmd, "--error-burst-rate", o->anomaly.error_burst_per_s,
+             "Anomaly: failed calls of one CUDA API per second above RATE (default 50)", "per second", 0.001, 1e9);
+  add_number(cmd, "--max-cpu-percent", o->max_cpu_percent,
+             "Governor: the agent's CPU limit in percent of one core; past it the agent does less (default 2, 0: off)",
+             "percent", 0, 10000);
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope agent                                  # every process, http://127.0.0.1:9400/metrics\n"

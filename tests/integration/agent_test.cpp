@@ -145,7 +145,8 @@ class Agent {
     std::vector<std::string> argv = {gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0",
                                      "-c", w.comm(), "--lib", lib + "/libcuda.so.1", "--lib",
                                      lib + "/libcudart.so.13", "--interval", "0.2", "--bridge-pin-dir",
-                                     w.dir() + "/no-bridge"};
+                                     w.dir() + "/no-bridge", "--max-cpu-percent", "0"};
+    // The governor off: these tests count on the refresh rate asked for (it has its own test in deploy_test).
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv);
     if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());

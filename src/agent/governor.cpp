@@ -1,0 +1,79 @@
+#include "agent/governor.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace gpuscope {
+
+double self_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+namespace {
+double mono_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+Governor::Governor(Config cfg, std::vector<Step> steps, std::function<void(unsigned)> on_change)
+    : cfg_(cfg), steps_(std::move(steps)), on_change_(std::move(on_change)) {}
+
+unsigned Governor::decide(double cpu) {
+  cpu_percent_ = cpu;
+  if (cpu > cfg_.max_cpu_percent) {
+    calm_ = 0;
+    if (level_ < steps_.size()) return ++level_;
+    return level_;
+  }
+  if (level_ && cpu < 0.5 * cfg_.max_cpu_percent) {
+    if (++calm_ >= cfg_.calm_windows) {
+      calm_ = 0;
+      return --level_;
+    }
+  } else {
+    calm_ = 0;
+  }
+  return level_;
+}
+
+void Governor::tick() {
+  double now = mono_s(), cpu = self_cpu_seconds();
+  if (window_cpu0_s_ < 0) {
+    window_cpu0_s_ = cpu;
+    window_t0_s_ = now;
+    return;
+  }
+  double dt = now - window_t0_s_;
+  if (dt < cfg_.window_s) return;
+  unsigned before = level_;
+  unsigned after = decide(100 * (cpu - window_cpu0_s_) / dt);
+  window_cpu0_s_ = self_cpu_seconds();  // the logging below is the governor's, not the window's
+  window_t0_s_ = mono_s();
+  if (after == before) return;
+  changes_++;
+  if (after > before)
+    fprintf(stderr, "gpuscope: agent: governor level %u: CPU %.1f%% over %.1f%%: %s\n", after, cpu_percent_,
+            cfg_.max_cpu_percent, steps_[after - 1].name.c_str());
+  else
+    fprintf(stderr, "gpuscope: agent: governor level %u: CPU %.1f%%, restored: %s\n", after, cpu_percent_,
+            steps_[after].name.c_str());
+  if (on_change_) on_change_(after);
+}
+
+void Governor::add_metrics(PromSet& m) const {
+  using T = PromSet::Type;
+  m.family("gpuscope_governor_level", T::gauge,
+           "Overhead governor: 0 with everything on; each level higher cuts the agent's work (docs/deploy.md)");
+  m.add("gpuscope_governor_level", {}, level_);
+  m.family("gpuscope_governor_cpu_ratio", T::gauge, "The agent's CPU use over the governor's last window, in cores");
+  m.add("gpuscope_governor_cpu_ratio", {}, cpu_percent_ / 100);
+  m.family("gpuscope_governor_limit_ratio", T::gauge, "--max-cpu-percent, in cores");
+  m.add("gpuscope_governor_limit_ratio", {}, cfg_.max_cpu_percent / 100);
+  m.family("gpuscope_governor_level_changes_total", T::counter, "Times the governor stepped down or up");
+  m.add("gpuscope_governor_level_changes_total", {}, static_cast<double>(changes_));
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,25 @@
+# deploy/: the alert rules under promtool, the Kubernetes manifests against the API schemas
+# (offline, tests/deploy/node_modules from scripts/deps.sh), the systemd unit under
+# systemd-analyze, and the agent's anomaly rules, governor and the metric names that dashboards
+# and rules use, against real scrapes (deploy_test).
+set(GS_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
+add_test(NAME deploy_rules_check COMMAND promtool check rules ${GS_DEPLOY}/prometheus/rules.yml)
+add_test(NAME deploy_rules_unit COMMAND promtool test rules rules_test.yml WORKING_DIRECTORY ${GS_DEPLOY}/prometheus)
+add_test(NAME deploy_k8s_schema COMMAND node ${PROJECT_SOURCE_DIR}/tests/deploy/validate_k8s.js
+  ${GS_DEPLOY}/k8s/daemonset.yaml ${GS_DEPLOY}/k8s/service.yaml ${GS_DEPLOY}/k8s/monitoring.yaml)
+add_test(NAME deploy_k8s_negative COMMAND bash ${PROJECT_SOURCE_DIR}/tests/deploy/k8s_negative.sh)
+# systemd-analyze verify wants ExecStart's binary to exist: the built one stands in for /usr/local/bin's.
+add_test(NAME deploy_systemd_verify COMMAND sh -c
+  "d=$(mktemp -d) && sed 's#/usr/local/bin/gpuscope#$<TARGET_FILE:gpuscope>#' ${GS_DEPLOY}/systemd/gpuscope-agent.service > $d/gpuscope-agent.service && systemd-analyze verify $d/gpuscope-agent.service; r=$?; rm -rf $d; exit $r")
+set_tests_properties(deploy_systemd_verify PROPERTIES FAIL_REGULAR_EXPRESSION "[^ ]")
+
+add_executable(deploy_test ${CMAKE_CURRENT_LIST_DIR}/deploy_test.cpp)
+target_link_libraries(deploy_test PRIVATE gstest_harness gpuscope_core GTest::gtest_main)
+target_compile_definitions(deploy_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
+  DEPLOY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(deploy_test gpuscope standin_app nvml_standin)
+gtest_discover_tests(deploy_test PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
+
+add_executable(governor_test ${PROJECT_SOURCE_DIR}/tests/unit/governor_test.cpp)
+target_link_libraries(governor_test PRIVATE gpuscope_agent GTest::gtest_main)
+gtest_discover_tests(governor_test)
