@@ -32,6 +32,9 @@ struct AgentOptions {
   std::string pods_dir = "/var/log/pods";
   uint64_t starvation_min_idle_ms = 1000;
   unsigned bridge_poll_ms = 100;
+  // Map sizes for an always-on process beside others (the subcommands keep their larger ones):
+  // the agent's BPF maps stay within 20 MB.
+  uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024;
 };
 
 const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "bridge"};
@@ -80,6 +83,8 @@ int run_agent(const AgentOptions& o) {
     fprintf(stderr, "gpuscope: agent: collector %s is off: %s\n", n.c_str(), why.c_str());
   };
   UprobeSession session(o.scope, o.common.verbose);
+  // Exec and dlopen notices find new CUDA processes; the full rescan only backs them up.
+  session.set_full_rescan_period(std::chrono::seconds(15));
   std::unique_ptr<KernelsCollector> kernels;
   std::unique_ptr<MemleakCollector> memleak;
   std::unique_ptr<LatencyCollector> latency;
@@ -93,10 +98,13 @@ int run_agent(const AgentOptions& o) {
       down(n, e.what());
     }
   };
-  start("kernels",
-        [&] { kernels = std::make_unique<KernelsCollector>(session, KernelsCollector::Config{o.scope.comm}); });
+  start("kernels", [&] {
+    kernels = std::make_unique<KernelsCollector>(
+        session, KernelsCollector::Config{o.scope.comm, CountLayer::Auto, false, o.max_kernel_rows});
+  });
   start("memleak", [&] {
-    memleak = std::make_unique<MemleakCollector>(session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false});
+    memleak = std::make_unique<MemleakCollector>(
+        session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs});
   });
   start("latency", [&] {
     latency = std::make_unique<LatencyCollector>(session,
@@ -104,7 +112,8 @@ int run_agent(const AgentOptions& o) {
   });
   std::unique_ptr<IoctlCollector> ioctl;
   start("ioctl", [&] {
-    ioctl = std::make_unique<IoctlCollector>(IoctlCollector::Config{o.scope.pids, o.scope.comm, false, false});
+    ioctl = std::make_unique<IoctlCollector>(
+        IoctlCollector::Config{o.scope.pids, o.scope.comm, false, false, o.max_ioctl_rows});
   });
   // Device series: a running bridge's pins, else a bridge run here (before starvation, which
   // reads the same pins).
@@ -143,6 +152,7 @@ int run_agent(const AgentOptions& o) {
     c.min_idle_ms = o.starvation_min_idle_ms;
     c.pin_dir = o.pin_dir;
     c.fold = true;
+    c.max_stacks = o.max_stacks;
     c.log = [&starvation_note](const std::string& line) {
       starvation_note = line;
       fprintf(stderr, "gpuscope: agent: starvation: %s\n", line.c_str());
@@ -178,10 +188,10 @@ int run_agent(const AgentOptions& o) {
   if (kernels) kernels->watch(loop);
   if (memleak) memleak->watch(loop);
   if (session_started) session.watch(loop, false);
-  loop.after_wakeup([&] {
-    if (kernels) kernels->tick();
-    if (memleak) memleak->tick();
-  });
+  // Names are learnt four times a second rather than at every wake-up: each learning walks
+  // the whole count map, and the agent's other timers wake it often.
+  if (kernels) loop.every(0.25, [&] { kernels->tick(); });
+  if (memleak) loop.after_wakeup([&] { memleak->tick(); });
   if (own_bridge)
     loop.every(o.bridge_poll_ms / 1000.0, [&] {
       try {

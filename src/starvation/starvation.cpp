@@ -233,6 +233,10 @@ void Starvation::load(Pins pins) {
   ro->sample_ustack = o_.collect_ustack || o_.fold;
   ro->sample_kstack = o_.collect_kstack;
   ro->py_walk = ro->sample_ustack && !o_.no_py_frames;
+  if (o_.max_stacks) {
+    bpf_map__set_max_entries(skel_->maps.stacks, o_.max_stacks);
+    bpf_map__set_max_entries(skel_->maps.gs_py_stacks, o_.max_stacks);
+  }
   if (pins.ok) {
     bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
     for (int i = 0; i < 4; i++)
@@ -363,6 +367,7 @@ void Starvation::watch_bridge() {
     for (auto& r : last.rows) pending_.rows.push_back(std::move(r));
     for (auto& [k, w] : last.folded) pending_.folded[k] += w;
     pending_.folded_samples += last.folded_samples;
+    pending_.gone.insert(pending_.gone.end(), last.gone.begin(), last.gone.end());
     unload();
     note("bridge maps under %s changed; reattached\n", dir_.c_str());
     load(std::move(now));
@@ -598,13 +603,13 @@ void Starvation::tick() {
 
 StarvationReport Starvation::collect() {
   StarvationReport r = report();
-  if (pending_.rows.empty() && pending_.folded.empty()) return r;
+  if (pending_.rows.empty() && pending_.folded.empty() && pending_.gone.empty()) return r;
   StarvationReport out = std::move(pending_);
   pending_ = {};
   for (auto& row : r.rows) out.rows.push_back(std::move(row));
   for (auto& [k, w] : r.folded) out.folded[k] += w;
   out.folded_samples += r.folded_samples;
-  out.gone = std::move(r.gone);
+  out.gone.insert(out.gone.end(), r.gone.begin(), r.gone.end());
   return out;
 }
 
