@@ -1,6 +1,12 @@
 // gpuscope agent: the collectors always on, served as Prometheus metrics and a JSON API.
 #include <signal.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -34,7 +40,7 @@ struct AgentOptions {
   unsigned bridge_poll_ms = 100;
   // Map sizes for an always-on process beside others (the subcommands keep their larger ones):
   // the agent's BPF maps stay within 20 MB.
-  uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024;
+  uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024, max_threads = 4096;
 };
 
 const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "bridge"};
@@ -153,6 +159,7 @@ int run_agent(const AgentOptions& o) {
     c.pin_dir = o.pin_dir;
     c.fold = true;
     c.max_stacks = o.max_stacks;
+    c.max_threads = o.max_threads;
     c.log = [&starvation_note](const std::string& line) {
       starvation_note = line;
       fprintf(stderr, "gpuscope: agent: starvation: %s\n", line.c_str());
@@ -192,15 +199,32 @@ int run_agent(const AgentOptions& o) {
   // the whole count map, and the agent's other timers wake it often.
   if (kernels) loop.every(0.25, [&] { kernels->tick(); });
   if (memleak) loop.after_wakeup([&] { memleak->tick(); });
-  if (own_bridge)
-    loop.every(o.bridge_poll_ms / 1000.0, [&] {
-      try {
-        if (!own_bridge->tick()) own_bridge.reset();  // another bridge took the pins over: read it
-      } catch (const std::exception& e) {
-        own_bridge_why = e.what();
-        own_bridge.reset();
+  // The bridge ticks on its own thread: the loop's rescans and refreshes must not make its data
+  // look stale to its readers (starvation calls it stale after 300 ms).
+  std::mutex bridge_mu;
+  std::jthread bridge_thread;
+  if (own_bridge) {
+    pthread_sigmask(SIG_BLOCK, &block, &old);  // signals stay with the loop thread
+    bridge_thread = std::jthread([&](std::stop_token stop) {
+      auto next = std::chrono::steady_clock::now();
+      std::mutex m;
+      std::condition_variable_any cv;
+      while (!stop.stop_requested()) {
+        next += std::chrono::milliseconds(o.bridge_poll_ms);
+        std::unique_lock l(m);
+        cv.wait_until(l, stop, next, [] { return false; });  // woken early only by the stop
+        if (stop.stop_requested()) break;
+        try {
+          if (!own_bridge->tick()) break;  // another bridge took the pins over: it is read instead
+        } catch (const std::exception& e) {
+          std::lock_guard g(bridge_mu);
+          own_bridge_why = e.what();
+          break;
+        }
       }
     });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
   if (starvation)
     loop.every(0.05, [&] {
       try {
@@ -282,8 +306,9 @@ int run_agent(const AgentOptions& o) {
         in.hostname = bridge->hostname();
       } catch (const std::exception& e) {
         b = {"bridge", false, e.what()};
+        std::lock_guard g(bridge_mu);
         if (!own_bridge_why.empty()) b.why += "; no bridge could run in the agent: " + own_bridge_why;
-        if (bridge_why != b.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", e.what());
+        if (bridge_why != b.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", b.why.c_str());
       }
       bridge_why = b.why;
       in.collectors.push_back(b);
@@ -313,6 +338,10 @@ int run_agent(const AgentOptions& o) {
           "end.\n",
           o.listen.c_str(), http->port(), up.empty() ? "none" : up.c_str(), st.probes, st.objects);
   loop.run();
+  if (bridge_thread.joinable()) {
+    bridge_thread.request_stop();
+    bridge_thread.join();
+  }
   session.detach();
   if (kernels) kernels->drain();
   if (memleak) memleak->drain();

@@ -233,6 +233,11 @@ void Starvation::load(Pins pins) {
   ro->sample_ustack = o_.collect_ustack || o_.fold;
   ro->sample_kstack = o_.collect_kstack;
   ro->py_walk = ro->sample_ustack && !o_.no_py_frames;
+  if (o_.max_threads) {
+    bpf_map__set_max_entries(skel_->maps.threads, o_.max_threads);
+    bpf_map__set_max_entries(skel_->maps.samples, o_.max_threads);
+    bpf_map__set_max_entries(skel_->maps.gs_py_tstates, o_.max_threads);
+  }
   if (o_.max_stacks) {
     bpf_map__set_max_entries(skel_->maps.stacks, o_.max_stacks);
     bpf_map__set_max_entries(skel_->maps.gs_py_stacks, o_.max_stacks);

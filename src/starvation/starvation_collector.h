@@ -56,6 +56,7 @@ class StarvationCollector {
     bool no_py_frames = false;
     unsigned sample_hz = 49;
     bool fold = false;                            // folded stacks in each report
+    uint32_t max_threads = 0;                     // threads and sample keys kept; 0: defaults
     uint32_t max_stacks = 0;                      // distinct native and Python stacks kept; 0: defaults
     std::function<void(const std::string&)> log;  // one line, no newline; default: stderr
   };
