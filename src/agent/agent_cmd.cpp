@@ -321,6 +321,9 @@ int run_agent(const AgentOptions& o) {
   std::string up;
   for (auto& s : status)
     if (s.up) up += (up.empty() ? "" : ",") + s.name;
+  // Loaded; up while a bridge publishes (/api/health).
+  if (starvation) up += std::string(up.empty() ? "" : ",") + "starvation";
+  if (own_bridge) up += std::string(up.empty() ? "" : ",") + "bridge (in the agent)";
   if (o.common.json) {
     fmt::memory_buffer b;
     JsonLine(b)
