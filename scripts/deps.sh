@@ -17,6 +17,6 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "deps: the CUDA 13 toolkit (nvcc, libcudart.so.13, cuda.h) is expected in /usr/local/cuda" >&2
+  echo "deps: the CUDA 13 toolkit (nvcc, libcudart.so.13, cuda.h, cupti.h and libcupti.so.13) is expected in /usr/local/cuda" >&2
   exit 1
 fi

@@ -17,6 +17,8 @@ void register_starvation(CLI::App&);
 void register_bridge(CLI::App&);
 void register_doctor(CLI::App&);
 void register_agent(CLI::App&);
+void register_timeline(CLI::App&);
+void register_run(CLI::App&);
 }  // namespace gpuscope
 
 using namespace gpuscope;
@@ -25,8 +27,9 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuscope: eBPF observability for CUDA workloads"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuscope 0.1.0");
-  for (auto reg : {register_trace, register_latency, register_kernels, register_memleak, register_ioctl, register_uvm,
-                   register_starvation, register_bridge, register_doctor, register_agent})
+  for (auto reg :
+       {register_trace, register_latency, register_kernels, register_memleak, register_ioctl, register_uvm,
+        register_starvation, register_bridge, register_doctor, register_agent, register_timeline, register_run})
     reg(app);
 
   try {

@@ -33,6 +33,8 @@
 #define GS_SYSCALL_NR_CORE(regs) BPF_CORE_READ(regs, orig_ax)
 #define GS_NR_IOCTL 16
 #define GS_NR_MMAP 9
+#define GS_NR_OPENAT 257
+#define GS_NR_OPENAT2 437
 
 static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
 {
@@ -58,6 +60,8 @@ static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 #define GS_SYSCALL_NR_CORE(regs) BPF_CORE_READ((const struct user_pt_regs *)(regs), syscallno)
 #define GS_NR_IOCTL 29
 #define GS_NR_MMAP 222
+#define GS_NR_OPENAT 56
+#define GS_NR_OPENAT2 437
 
 static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
 {

@@ -16,6 +16,7 @@ enum gs_role {
 	GS_ROLE_GRAPH_LAUNCH = 1 << 3, /* kernels: launches an instantiated graph */
 	GS_ROLE_CAPTURE = 1 << 4,      /* kernels: begins or ends stream capture (.special) */
 	GS_ROLE_NAMER = 1 << 5,        /* kernels: gives a kernel handle its name (.namer) */
+	GS_ROLE_CONTEXT = 1 << 6,      /* memleak: makes, ends or switches a CUDA context (.ctx_op) */
 };
 
 enum gs_special {
@@ -30,7 +31,7 @@ enum gs_special {
 };
 
 /* Where the value behind the out-pointer argument goes when the call returns. */
-enum gs_out { GS_OUT_NONE, GS_OUT_PTR, GS_OUT_STREAM, GS_OUT_EVENT, GS_OUT_GRAPH, GS_OUT_HANDLE, GS_OUT_DEVICE };
+enum gs_out { GS_OUT_NONE, GS_OUT_PTR, GS_OUT_STREAM, GS_OUT_EVENT, GS_OUT_GRAPH, GS_OUT_HANDLE, GS_OUT_DEVICE, GS_OUT_CTX };
 
 /* memleak: what a GS_ROLE_MEM row does, and to which kind of memory. */
 enum gs_mem_op {
@@ -43,6 +44,21 @@ enum gs_mem_op {
 	GS_MEM_VMM_UNMAP,   /* cuMemUnmap(ptr, size) */
 };
 enum gs_mem_category { GS_MEM_DEVICE, GS_MEM_MANAGED, GS_MEM_PINNED, GS_MEM_VMM };
+
+/* memleak: what a GS_ROLE_CONTEXT row does to the calling thread's contexts. */
+enum gs_ctx_op {
+	GS_CTX_NONE,
+	GS_CTX_CREATE,          /* cuCtxCreate(CUcontext *out, ..., CUdevice dev): made and pushed */
+	GS_CTX_DESTROY,         /* cuCtxDestroy(CUcontext): its memory ends */
+	GS_CTX_PRIMARY_RETAIN,  /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice) */
+	GS_CTX_PRIMARY_RELEASE, /* cuDevicePrimaryCtxRelease(CUdevice): ends with the last retain */
+	GS_CTX_PRIMARY_RESET,   /* cuDevicePrimaryCtxReset(CUdevice): its memory ends */
+	GS_CTX_SET_CURRENT,     /* cuCtxSetCurrent(CUcontext) */
+	GS_CTX_PUSH,            /* cuCtxPushCurrent(CUcontext) */
+	GS_CTX_POP,             /* cuCtxPopCurrent(CUcontext *out) */
+	GS_CTX_RT_SET_DEVICE,   /* cudaSetDevice(int): the device's primary context becomes current */
+	GS_CTX_RT_DEVICE_RESET, /* cudaDeviceReset(void): the current device's primary context ends */
+};
 
 /* kernels: how a GS_ROLE_NAMER row names a handle. */
 enum gs_namer {
@@ -59,8 +75,9 @@ struct gs_api_desc {
 	unsigned char kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
 	unsigned char roles;      /* enum gs_role bits */
 	unsigned char mem_op, mem_cat, namer;
-	unsigned char func; /* a host function (GS_SP_HOST_FUNC rows) */
-	unsigned char pad[2];
+	unsigned char func;   /* a host function (GS_SP_HOST_FUNC rows) */
+	unsigned char ctx;    /* a CUcontext argument */
+	unsigned char ctx_op; /* enum gs_ctx_op (GS_ROLE_CONTEXT rows) */
 };
 
 #define GS_ARG(i) ((i) + 1)
@@ -90,7 +107,7 @@ struct gs_api_desc {
 	X(CUDA_EVENT_SYNCHRONIZE, cudaEventSynchronize, .layer = GS_RT, .event = GS_ARG(0), .roles = GS_ROLE_CALL) \
 	X(CUDA_DEVICE_SYNCHRONIZE, cudaDeviceSynchronize, .layer = GS_RT, .roles = GS_ROLE_CALL) \
 	X(CUDA_GET_DEVICE, cudaGetDevice, .layer = GS_RT, .out = GS_OUT_DEVICE, .outp = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_SET_DEVICE, cudaSetDevice, .layer = GS_RT, .device = GS_ARG(0), .roles = GS_ROLE_CALL) \
+	X(CUDA_SET_DEVICE, cudaSetDevice, .layer = GS_RT, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_SET_DEVICE) \
 	X(CU_LAUNCH_KERNEL, cuLaunchKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
 	X(CU_LAUNCH_KERNEL_EX, cuLaunchKernelEx, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH_EX, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
 	X(CU_GRAPH_LAUNCH, cuGraphLaunch, .layer = GS_DRV, .stream = GS_ARG(1), .graph = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_GRAPH_LAUNCH) \
@@ -128,7 +145,17 @@ struct gs_api_desc {
 	X(CUDA_LAUNCH_COOPERATIVE_KERNEL, cudaLaunchCooperativeKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
 	X(CU_LAUNCH_COOPERATIVE_KERNEL, cuLaunchCooperativeKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
 	X(CUDA_LAUNCH_HOST_FUNC, cudaLaunchHostFunc, .layer = GS_RT, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
-	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1))
+	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
+	X(CU_CTX_CREATE, cuCtxCreate_v4, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
+	X(CU_CTX_CREATE_V2, cuCtxCreate_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
+	X(CU_CTX_DESTROY, cuCtxDestroy_v2, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_DESTROY) \
+	X(CU_DEVICE_PRIMARY_CTX_RETAIN, cuDevicePrimaryCtxRetain, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RETAIN) \
+	X(CU_DEVICE_PRIMARY_CTX_RELEASE, cuDevicePrimaryCtxRelease_v2, .layer = GS_DRV, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RELEASE) \
+	X(CU_DEVICE_PRIMARY_CTX_RESET, cuDevicePrimaryCtxReset_v2, .layer = GS_DRV, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RESET) \
+	X(CU_CTX_SET_CURRENT, cuCtxSetCurrent, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_SET_CURRENT) \
+	X(CU_CTX_PUSH_CURRENT, cuCtxPushCurrent_v2, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_PUSH) \
+	X(CU_CTX_POP_CURRENT, cuCtxPopCurrent_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_POP) \
+	X(CUDA_DEVICE_RESET, cudaDeviceReset, .layer = GS_RT, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)
 
 #define GS_API_ENUM(id, sym, ...) GS_API_##id,
 enum gs_api { GS_APIS(GS_API_ENUM) GS_API_COUNT };

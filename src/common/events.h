@@ -30,6 +30,7 @@ enum gs_field {
 	GS_F_DEVICE = 1u << 12,
 	GS_F_CAPTURED = 1u << 13, /* launched into a stream under capture: recorded, not run */
 	GS_F_OUT = 1u << 14,      /* exit: args.ptr holds the value the out-pointer received */
+	GS_F_CTX = 1u << 15,
 };
 
 struct gs_call_args {
@@ -48,6 +49,7 @@ struct gs_call_args {
 	__u32 shared_mem_bytes;
 	__u32 kind; /* cudaMemcpyKind */
 	__s32 device;
+	__u64 ctx; /* CUcontext */
 };
 
 struct gs_call_event {
@@ -73,11 +75,12 @@ enum gs_drop { GS_DROP_RINGBUF = 0, GS_DROP_STATE_FULL = 1, GS_DROP_COUNT = 2 };
 #ifndef __BPF__
 #ifdef __cplusplus
 #include <cstddef>
-static_assert(sizeof(struct gs_call_args) == 120);
+static_assert(sizeof(struct gs_call_args) == 128);
 static_assert(offsetof(struct gs_call_args, grid) == 72);
 static_assert(offsetof(struct gs_call_args, shared_mem_bytes) == 108);
 static_assert(offsetof(struct gs_call_args, device) == 116);
-static_assert(sizeof(struct gs_call_event) == 200);
+static_assert(offsetof(struct gs_call_args, ctx) == 120);
+static_assert(sizeof(struct gs_call_event) == 208);
 static_assert(offsetof(struct gs_call_event, api) == 40);
 static_assert(offsetof(struct gs_call_event, comm) == 48);
 static_assert(offsetof(struct gs_call_event, args) == 80);

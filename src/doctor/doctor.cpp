@@ -324,10 +324,12 @@ std::vector<Sub> judge(const Doctor& d) {
       {"uvm", {{"privileges"}, {"kprobes", "fentry"}, {"nvidia_uvm"}}, {}},
       {"starvation", {{"privileges"}, {"nvml"}, {"bpffs"}, {"tp_btf"}, {"perf_events"}}, {}},
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
+      {"timeline", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
+      {"run", {}, {}},  // starts a command: needs nothing of the host
   };
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace", "bridge",  "latency", "ioctl",
-                                              "uvm",   "kernels", "memleak", "starvation"};
+  static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",  "kernels",
+                                              "memleak", "starvation", "timeline", "run",   "agent"};
   auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
@@ -335,7 +337,7 @@ std::vector<Sub> judge(const Doctor& d) {
     if (!built.count(n.name)) continue;
     // Without privileges say so once, and leave out what would likely work as root.
     std::vector<std::string> missing;
-    if (!d.priv) missing.push_back(kRootHint);
+    if (!d.priv && !n.all.empty()) missing.push_back(kRootHint);
     for (auto& group : n.all) {
       bool met = false, root = false;
       for (auto& c : group) met |= d.get(c).ok, root |= d.get(c).blocked_by_privileges;

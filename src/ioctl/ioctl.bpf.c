@@ -50,6 +50,13 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct gs_open_key);
+	__type(value, struct gs_open_val);
+} opens SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, __u8);
@@ -64,6 +71,9 @@ GS_DROP_COUNTERS(drops, GS_IOCTL_DROP_COUNT)
 
 /* Calls in flight host-wide: while zero, every exit returns without a map lookup. */
 __s64 pending = 0;
+/* raw_tp only: opens in flight host-wide, so that other syscalls' exits need not read their
+ * number (sys_enter gets it for free, sys_exit has to read it from the registers). */
+__s64 pending_opens = 0;
 
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
@@ -199,6 +209,48 @@ static __always_inline void on_mmap(__u64 fd, __u64 len)
 	__sync_fetch_and_add(&v->bytes, len);
 }
 
+/* At the exit of an open the fd says which node it was, whatever path led there; a failed
+ * open touched no GPU. */
+static __always_inline void on_open_exit(__s64 fd)
+{
+	if (fd < 0)
+		return;
+	__u32 rdev = nv_rdev(fd);
+	if (!rdev)
+		return;
+	__u64 now = bpf_ktime_get_boot_ns();
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (!pid_wanted(pid))
+		return;
+	struct gs_open_key k = {.pid = pid, .rdev = rdev};
+	struct gs_open_val *v = bpf_map_lookup_elem(&opens, &k);
+	if (!v) {
+		struct gs_open_val zero = {.first_boot_ns = now};
+		bpf_get_current_comm(zero.comm, sizeof(zero.comm));
+		bpf_map_update_elem(&opens, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&opens, &k);
+	}
+	if (!v) {
+		count_drop(GS_IOCTL_DROP_MAP_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+}
+
+SEC("tp/syscalls/sys_exit_openat")
+int gs_openat_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	on_open_exit(ctx->ret);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_exit_openat2")
+int gs_openat2_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	on_open_exit(ctx->ret);
+	return 0;
+}
+
 SEC("tp/syscalls/sys_enter_ioctl")
 int gs_ioctl_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -231,6 +283,8 @@ int gs_raw_enter(struct bpf_raw_tracepoint_args *ctx)
 		on_ioctl_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
 	else if (nr == GS_NR_MMAP)
 		on_mmap(PT_REGS_PARM5_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
+	else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2)
+		__sync_fetch_and_add(&pending_opens, 1);
 	return 0;
 }
 
@@ -238,7 +292,14 @@ SEC("raw_tp/sys_exit")
 int gs_raw_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-	if (pending > 0 && GS_SYSCALL_NR_CORE(regs) == GS_NR_IOCTL)
+	if (pending <= 0 && pending_opens <= 0)
+		return 0;
+	long nr = GS_SYSCALL_NR_CORE(regs);
+	if (nr == GS_NR_IOCTL) {
 		on_ioctl_exit(ctx->args[1]);
+	} else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2) {
+		__sync_fetch_and_sub(&pending_opens, 1);
+		on_open_exit(ctx->args[1]);
+	}
 	return 0;
 }

@@ -50,6 +50,7 @@ class IoctlCounter {
         return std::tie(a.pid, a.rdev, a.request) < std::tie(b.pid, b.rdev, b.request);
       }};
   std::map<std::pair<uint32_t, uint32_t>, gs_mmap_val> prev_mmap_;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> prev_opens_;
   int64_t realtime_offset_ = realtime_minus_boottime_ns();
 };
 
@@ -107,7 +108,24 @@ void IoctlCounter::print(bool final) {
     if (exited) prev_mmap_.erase({mk.pid, mk.rdev});
     if (d.count) maps.push_back({mk, d});
   }
+  std::vector<std::pair<gs_open_key, gs_open_val>> opens;
+  for (auto& [k, v, exited] : snap.opens) {
+    auto& p = prev_opens_[{k.pid, k.rdev}];
+    gs_open_val d = v;
+    d.count -= p;
+    p = v.count;
+    if (exited) prev_opens_.erase({k.pid, k.rdev});
+    if (d.count) opens.push_back({k, d});
+  }
+  std::sort(opens.begin(), opens.end(),
+            [](auto& a, auto& b) { return std::tie(a.first.pid, a.first.rdev) < std::tie(b.first.pid, b.first.rdev); });
   if (o_.json) {
+    for (auto& [k, v] : opens) {
+      JsonLine j(out_.buf());
+      j.str("type", "open").num("pid", k.pid).str("comm", comm_of(v)).str("dev", dev_str(k.rdev));
+      j.str("device", nv_device_name(kmajor(k.rdev), kminor(k.rdev), uvm_major_)).num("count", v.count);
+      j.num("first_ts_ns", static_cast<int64_t>(v.first_boot_ns) + realtime_offset_).end();
+    }
     for (auto& [k, v] : rows) {
       auto r = decode_ioctl(kmajor(k.rdev), uvm_major_, k.request);
       JsonLine j(out_.buf());
@@ -142,6 +160,16 @@ void IoctlCounter::print(bool final) {
                      v.errors, v.total_ns / 1000.0, v.max_ns / 1000.0);
     }
     if (rows.empty()) fmt::format_to(it, "  (no ioctls on NVIDIA devices)\n");
+    for (size_t i = 0; i < opens.size();) {
+      uint32_t pid = opens[i].first.pid;
+      fmt::format_to(it, "opened: pid {} ({}):", pid, comm_of(opens[i].second));
+      for (; i < opens.size() && opens[i].first.pid == pid; i++) {
+        auto& [k, v] = opens[i];
+        fmt::format_to(it, " {} {} x{}", nv_device_name(kmajor(k.rdev), kminor(k.rdev), uvm_major_), dev_str(k.rdev),
+                       v.count);
+      }
+      fmt::format_to(it, "\n");
+    }
     for (auto& [k, v] : maps)
       fmt::format_to(it, "mmap: pid {} ({}) {} {}: {} calls, {} bytes\n", k.pid, comm_of(v),
                      nv_device_name(kmajor(k.rdev), kminor(k.rdev), uvm_major_), dev_str(k.rdev), v.count, v.bytes);

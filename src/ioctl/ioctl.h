@@ -34,6 +34,18 @@ struct gs_mmap_val {
 	char comm[16];
 };
 
+/* Opens of an NVIDIA device node (openat, openat2) that returned an fd. */
+struct gs_open_key {
+	__u32 pid;
+	__u32 rdev;
+};
+
+struct gs_open_val {
+	__u64 count;
+	__u64 first_boot_ns; /* CLOCK_BOOTTIME of the first open seen */
+	char comm[16];
+};
+
 struct gs_ioctl_event {
 	__u64 ts_boot_ns;
 	__u64 dur_ns;
@@ -53,6 +65,8 @@ static_assert(sizeof(gs_ioctl_val) == 48);
 static_assert(sizeof(gs_mmap_val) == 32);
 static_assert(sizeof(gs_mmap_key) == 8);
 static_assert(sizeof(gs_ioctl_event) == 56);
+static_assert(sizeof(gs_open_key) == 8);
+static_assert(sizeof(gs_open_val) == 32);
 #endif
 
 #endif

@@ -28,7 +28,8 @@ IoctlCollector::IoctlCollector(Config cfg) : cfg_(std::move(cfg)) {
   set_comm_filter(skel_->rodata, cfg_.comm);
   // tp/sys_exit_ioctl rather than raw_tp/sys_exit: the latter would tax every syscall on the
   // host (about +100 ns each, measured), the former only ioctls.
-  for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter})
+  for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter,
+                         skel_->progs.gs_openat_exit, skel_->progs.gs_openat2_exit})
     bpf_program__set_autoload(p, !raw_);
   for (bpf_program* p : {skel_->progs.gs_raw_enter, skel_->progs.gs_raw_exit}) bpf_program__set_autoload(p, raw_);
   if (!cfg_.events) bpf_map__set_max_entries(skel_->maps.events, 4096);
@@ -44,9 +45,11 @@ IoctlCollector::IoctlCollector(Config cfg) : cfg_(std::move(cfg)) {
   std::vector<bpf_program*> order =
       raw_ ? std::vector<bpf_program*>{skel_->progs.gs_raw_exit, skel_->progs.gs_raw_enter}
            : std::vector<bpf_program*>{skel_->progs.gs_ioctl_exit, skel_->progs.gs_ioctl_enter,
-                                       skel_->progs.gs_mmap_enter};
+                                       skel_->progs.gs_mmap_enter, skel_->progs.gs_openat_exit,
+                                       skel_->progs.gs_openat2_exit};
   for (bpf_program* p : order) {
     bpf_link* l = bpf_program__attach(p);
+    if (!l && p == skel_->progs.gs_openat2_exit) continue;  // kernels before 5.6 have no openat2
     if (!l) {
       int err = errno;
       destroy_links(links_);
@@ -65,7 +68,7 @@ IoctlSnapshot IoctlCollector::snapshot() {
   std::set<uint32_t> gone;
   for (uint32_t pid : known_)
     if (!pid_exists(static_cast<pid_t>(pid))) gone.insert(pid);
-  int fd = bpf_map__fd(skel_->maps.ioctls), mfd = bpf_map__fd(skel_->maps.mmaps);
+  int fd = bpf_map__fd(skel_->maps.ioctls), mfd = bpf_map__fd(skel_->maps.mmaps), ofd = bpf_map__fd(skel_->maps.opens);
   IoctlSnapshot s;
   known_.clear();
   for_each_entry<gs_ioctl_key, gs_ioctl_val>(fd, [&](const gs_ioctl_key& k, const gs_ioctl_val& v) {
@@ -76,8 +79,14 @@ IoctlSnapshot IoctlCollector::snapshot() {
     s.mmaps.push_back({k, v, gone.count(k.pid) > 0});
     if (!s.mmaps.back().exited) known_.insert(k.pid);
   });
+  for_each_entry<gs_open_key, gs_open_val>(ofd, [&](const gs_open_key& k, const gs_open_val& v) {
+    s.opens.push_back({k, v, gone.count(k.pid) > 0});
+    if (!s.opens.back().exited) known_.insert(k.pid);
+  });
   for (auto& r : s.ioctls)
     if (r.exited) bpf_map_delete_elem(fd, &r.key);
+  for (auto& r : s.opens)
+    if (r.exited) bpf_map_delete_elem(ofd, &r.key);
   for (auto& r : s.mmaps)
     if (r.exited) bpf_map_delete_elem(mfd, &r.key);
   return s;

@@ -30,9 +30,16 @@ struct MmapRow {
   bool exited = false;
 };
 
+struct OpenRow {
+  gs_open_key key;
+  gs_open_val val;
+  bool exited = false;
+};
+
 struct IoctlSnapshot {
   std::vector<IoctlRow> ioctls;
   std::vector<MmapRow> mmaps;
+  std::vector<OpenRow> opens;
 };
 
 struct IoctlStats {

@@ -96,6 +96,14 @@ std::optional<std::string> object_name(int mem, uint64_t handle, int offset) {
   return s;
 }
 
+// Whether the host side's mangled name (from nvcc's stub) is the one the driver keeps: nvcc's
+// extended lambdas (`__nv_hdl_wrapper_t`, mangled `Unvhdl`/`Unvdl`) are spelled differently on
+// the device side, so such handles cannot check a layout.
+bool spelled_alike(const std::string& mangled) {
+  return !mangled.empty() && mangled.find("Unvhdl") == std::string::npos &&
+         mangled.find("Unvdl") == std::string::npos && mangled.find("__nv_") == std::string::npos;
+}
+
 int open_mem(pid_t pid) { return open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
@@ -362,6 +370,8 @@ void KernelsCollector::learn_new_keys() {
     callers_.try_emplace(k, v.caller);
     fresh.push_back(k);
   });
+  for (auto& k : fresh)
+    if (std::get<1>(k) != GS_K_GRAPH && std::get<1>(k) != GS_K_HOST) launched_.insert({std::get<0>(k), std::get<2>(k)});
   for (auto& k : fresh) {
     if (comms_[std::get<0>(k)].empty()) comms_[std::get<0>(k)] = proc_comm(static_cast<pid_t>(std::get<0>(k)));
     Name nm = resolve(k, callers_[k]);
@@ -442,6 +452,7 @@ void KernelsCollector::forget(uint32_t pid) {
   var_scans_.erase(static_cast<pid_t>(pid));
   driver_file_.erase(static_cast<pid_t>(pid));
   std::erase_if(object_read_, [&](auto& ph) { return ph.first == pid; });
+  std::erase_if(launched_, [&](auto& ph) { return ph.first == pid; });
   comms_.erase(pid);
 }
 
@@ -467,11 +478,14 @@ KernelsCollector::DriverLayout* KernelsCollector::driver_layout(pid_t pid) {
 // handle variable) points at its own name; fails for good when none does.
 void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
   // Only handles whose exact mangled name is known: a demangled name may be shown in part.
+  // And only handles that were launched: the driver fills a kernel's object in when it is
+  // first used (lazy loading), so an object behind an unused handle variable may hold nothing.
   std::vector<std::pair<uint64_t, const std::string*>> known;
-  for (auto it = names_.lower_bound({static_cast<uint32_t>(pid), 0});
-       it != names_.end() && it->first.first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
-    if (!it->second.from_driver_object && !it->second.mangled.empty())
-      known.emplace_back(it->first.second, &it->second.mangled);
+  for (auto it = launched_.lower_bound({static_cast<uint32_t>(pid), 0});
+       it != launched_.end() && it->first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
+    if (auto n = names_.find(*it);
+        n != names_.end() && !n->second.from_driver_object && spelled_alike(n->second.mangled))
+      known.emplace_back(it->second, &n->second.mangled);
   if (known.empty()) {
     if (!l.said_waiting)
       notes_.push_back(
@@ -505,6 +519,12 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
     // What the first objects hold, for a user (or a bug report) to see why nothing matched.
     std::string seen;
     if (int m = open_mem(pid); m >= 0) {
+      for (auto& [h, name] : known)
+        if (auto n = object_name(m, h, 8); n && *n != *name) {
+          seen += fmt::format("; first disagreement at +8: 0x{:x} should name {} but names {}", h, name->substr(0, 400),
+                              n->substr(0, 400));
+          break;
+        }
       for (size_t i = 0; i < known.size() && i < 2; i++) {
         seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
         for (int off = 0; off <= 32; off += 8) {
@@ -543,7 +563,7 @@ std::optional<KernelsCollector::Name> KernelsCollector::driver_object_name(pid_t
 // withdraws the layout and every name read through it.
 void KernelsCollector::check_layout(pid_t pid, uint64_t handle, const std::string& mangled) {
   auto f = driver_file_.find(pid);
-  if (f == driver_file_.end() || mangled.empty()) return;
+  if (f == driver_file_.end() || !spelled_alike(mangled)) return;
   DriverLayout& l = layouts_[f->second];
   if (l.offset < 0) return;
   int mem = open_mem(pid);
@@ -571,6 +591,7 @@ std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_f
   auto now = std::chrono::steady_clock::now();
   if (auto it = unknown_until_.find(k); it != unknown_until_.end() && now < it->second) return "";
   rb_->drain();  // a naming call just before this launch
+  if (!host_function) launched_.insert({pid, handle});
   if (comms_[pid].empty()) comms_[pid] = proc_comm(static_cast<pid_t>(pid));
   Name nm = resolve(k, 0);
   if (nm.kernel.starts_with("[unknown") || nm.kernel.starts_with("[host fn 0x")) {

@@ -6,13 +6,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/cli.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "gputime/gputime_collector.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_collector.h"
 
@@ -26,13 +29,14 @@ struct KernelsOptions {
   double interval_s = 1;
   unsigned top = 0;  // 0: every row
   std::string count_layer = "auto";
+  std::vector<std::string> cupti_libs;
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
 // summed), the busiest first, with the launch rate since the previous print.
 class KernelsView {
  public:
-  explicit KernelsView(const KernelsOptions& o) : o_(o) {}
+  explicit KernelsView(const KernelsOptions& o, const GpuTimeCollector* gpu) : o_(o), gpu_(gpu) {}
   // The periodic print of every row.
   void interval(const std::vector<KernelRow>& now) {
     auto now_t = std::chrono::steady_clock::now();
@@ -46,7 +50,7 @@ class KernelsView {
   void exited(const std::vector<KernelRow>& rows) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_print_).count();
     if (!rows.empty()) print(rows, secs, true);
-    for (auto& r : rows) prev_.erase({r.pid, r.layer, r.handle});
+    for (auto& r : rows) prev_.erase({r.pid, r.layer, r.handle}), gone_.insert(r.pid);
   }
   void stats(const KernelsCollector::Stats& s) {
     if (s.rows_full || s.captured || s.lost)
@@ -60,9 +64,36 @@ class KernelsView {
   using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
   void print(const std::vector<KernelRow>& now, double secs, bool exited);
 
+  // Kernels the library timed that no counted launch names (launched before gpuscope came, or
+  // named differently): rows of 0 launches, so that no GPU time is hidden.
+  void add_gpu_only(const std::vector<KernelRow>& now, bool exited, std::deque<KernelRow>& out) const {
+    if (!gpu_) return;
+    std::set<std::pair<uint32_t, std::string>> named;
+    std::map<uint32_t, std::string> comms;
+    for (auto& k : now) named.insert({k.pid, k.kernel}), comms[k.pid] = k.comm;
+    for (auto& [key, t] : gpu_->kernel_times()) {
+      if (named.count(key) || (exited ? !comms.count(key.first) : gone_.count(key.first) || !pid_exists(key.first)))
+        continue;
+      KernelRow r;
+      r.pid = key.first;
+      r.comm = comms.count(key.first) ? comms[key.first] : proc_comm(key.first);
+      r.kernel = key.second;
+      out.push_back(std::move(r));
+    }
+  }
+  // GPU time of (pid, kernel) from libgpuscope-cupti.so's records, and its total at the last print.
+  const KernelGpuTime* gpu_time(uint32_t pid, const std::string& kernel) const {
+    if (!gpu_) return nullptr;
+    auto it = gpu_->kernel_times().find({pid, kernel});
+    return it == gpu_->kernel_times().end() ? nullptr : &it->second;
+  }
+
   const KernelsOptions& o_;
+  const GpuTimeCollector* gpu_;
   Writer out_;
   std::map<Key, uint64_t> prev_;
+  std::map<std::pair<uint32_t, std::string>, uint64_t> prev_gpu_ns_;
+  std::set<uint32_t> gone_;  // processes whose final rows were printed
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 
@@ -81,6 +112,9 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
     auto p = prev_.find({k.pid, k.layer, k.handle});
     r.delta += k.launches - (p != prev_.end() ? p->second : 0);
   }
+  std::deque<KernelRow> gpu_only;
+  add_gpu_only(now, exited, gpu_only);
+  for (auto& k : gpu_only) rows[{k.pid, k.kernel, k.module}] = Row{k.pid, &k, 0, 0};
   std::vector<Row> v;
   for (auto& [_, r] : rows) v.push_back(r);
   std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
@@ -92,19 +126,38 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
   int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
   static const Table table(
       {{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
+  static const Table gpu_table({{"PID", 7},
+                                {"COMM", -16},
+                                {"LAUNCHES", 10},
+                                {"RATE/s", 10},
+                                {"GPU_ms", 10},
+                                {"MEAN_us", 9},
+                                {"MAX_us", 9},
+                                {"GPU%", 6},
+                                {"KERNEL", -40},
+                                {"MODULE", 0}});
+  bool gpu_cols = gpu_ && gpu_->stats().records > 0;
   if (!o_.common.json && !exited) {
     time_t t = time(nullptr);
     struct tm tm;
     localtime_r(&t, &tm);
     if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
     fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows.size());
-    table.header(out_.buf());
+    (gpu_cols ? gpu_table : table).header(out_.buf());
   }
   for (auto& r : v) {
     double rate = secs > 0 ? r.delta / secs : 0;
     const std::string& comm = r.first->comm;
     const std::string& kernel = r.first->kernel;
     const std::string& module = r.first->module;
+    // GPU time: cumulative, and its share of the wall time since the previous print.
+    const KernelGpuTime* g = gpu_time(r.pid, kernel);
+    double share = 0;
+    if (g) {
+      uint64_t& prev = prev_gpu_ns_[{r.pid, kernel}];
+      share = secs > 0 ? (g->total_ns - prev) / (secs * 1e9) : 0;
+      prev = g->total_ns;
+    }
     if (o_.common.json) {
       JsonLine j(out_.buf());
       j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
@@ -114,7 +167,18 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
                                                      : "kernel");
       j.num("launches", r.launches);
       if (exited) j.boolean("exited", true);
+      if (g) {
+        j.num("gpu_kernels", g->count).num("gpu_time_ns", g->total_ns).num("gpu_mean_ns", g->total_ns / g->count);
+        j.num("gpu_max_ns", g->max_ns).real("gpu_share", share, 4);
+      }
       j.real("rate", rate, 1).end();
+    } else if (gpu_cols) {
+      gpu_table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
+                                 exited ? "exited" : fmt::format("{:.1f}", rate),
+                                 g ? fmt::format("{:.3f}", g->total_ns / 1e6) : "-",
+                                 g ? fmt::format("{:.1f}", g->total_ns / 1e3 / g->count) : "-",
+                                 g ? fmt::format("{:.1f}", g->max_ns / 1e3) : "-",
+                                 g ? fmt::format("{:.1f}", share * 100) : "-", kernel, module});
     } else {
       table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
                              exited ? "exited" : fmt::format("{:.1f}", rate), kernel, module});
@@ -139,13 +203,27 @@ int run_kernels(const KernelsOptions& o) {
   };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
-  KernelsView view(o);
-  kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) { view.exited(rows); });
+  // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
+  std::unique_ptr<GpuTimeCollector> gpu;
+  try {
+    gpu = std::make_unique<GpuTimeCollector>(GpuTimeCollector::Config{o.scope.pids, o.scope.comm, o.cupti_libs});
+  } catch (const UsageError& e) {
+    if (!o.cupti_libs.empty()) throw;
+    if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
+  }
+  KernelsView view(o, gpu.get());
+  kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) {
+    if (gpu) gpu->drain();  // the library's last flush came before the exit
+    view.exited(rows);
+  });
+  if (gpu) session.on_maps_changed([&](pid_t pid) { gpu->notice(pid); });
   session.start();
   kernels.start(session);
+  if (gpu) gpu->start();
 
   EventLoop loop(o.common.duration_s);
   kernels.watch(loop);
+  if (gpu) gpu->watch(loop);
   session.watch(loop);
   loop.after_wakeup([&] {
     kernels.tick();
@@ -161,11 +239,13 @@ int run_kernels(const KernelsOptions& o) {
           st.probes, st.objects, kernels.exits_hooked() ? "" : " (exits not seen)", o.interval_s);
   loop.run();
   kernels.drain();
+  if (gpu) gpu->stop();
   session.detach();
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
   view.stats(kernels.stats());
+  if (gpu) report_gpu_losses(gpu->stats());
   return 0;
 }
 
@@ -181,6 +261,8 @@ void register_kernels(CLI::App& app) {
                   "Where launches are counted: driver (one probe per launch), both (runtime launches at the "
                   "runtime layer), auto (driver when the NVIDIA driver is loaded; default)")
       ->check(CLI::IsMember({"auto", "driver", "both"}));
+  cmd->add_option("--cupti-lib", o->cupti_libs,
+                  "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
   cmd->footer(
       "EXAMPLES:\n"

@@ -151,6 +151,7 @@ class KernelsCollector {
   std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;
   std::map<pid_t, std::pair<dev_t, ino_t>> driver_file_;  // the driver library a process maps
   std::set<PH> object_read_;                              // handles read through the layout once
+  std::set<PH> launched_;                                 // handles seen at a launch
   std::vector<std::string> notes_;
   std::map<Key, std::chrono::steady_clock::time_point> unknown_until_;                // name_of's misses
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only

@@ -13,6 +13,7 @@
 #include "memleak/memleak.h"
 #include "common/drops.bpf.h"
 #include "python/pyframes.bpf.h"
+#include "common/arch.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -22,15 +23,36 @@ const volatile bool py_walk = false; /* CPython frames of allocating stacks */
 /* CLOCK_BOOTTIME when userspace last attached probes to a newly found object: a process
  * that started before that may have allocated where gpuscope did not see it. */
 volatile __u64 watch_since_ns = 0;
+/* CLOCK_BOOTTIME when gpuscope started watching: a process started since then had every
+ * runtime call seen (libraries it maps later are probed before their first call). */
+volatile __u64 session_start_ns = 0;
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
-/* Per thread: the outermost probed call in flight. A runtime call that reaches the driver
- * bumps depth at the driver probe and is handled once, when the runtime call returns. */
+/* A context call in flight, one per layer: the runtime's context calls reach the driver's,
+ * and both are followed. */
+struct ctx_call {
+	__u64 ctx;  /* the CUcontext argument */
+	__u64 outp; /* where the CUcontext out value goes */
+	__s32 dev;  /* the device argument, -1 when none */
+	__u16 site;
+	__u16 depth;
+};
+
+/* Per thread: the outermost probed memory call in flight (a runtime call that reaches the
+ * driver bumps depth at the driver probe and is handled once, when the runtime call
+ * returns), and the thread's current context, as the context calls leave it. The context
+ * is looked up here, when it changes, so an allocation costs no map lookup for it. */
 struct thread_state {
 	__u64 arg[4];
 	__u32 depth;
 	__u32 site;
+	__u64 cur_ctx; /* GS_ML_PRIMARY_CTX(dev) or a CUcontext; 0: none known */
+	__s32 cur_dev; /* its device (when cur_ctx is set), -1 when not known */
+	__u32 nstack;
+	__u64 stack_ctx[GS_ML_CTX_STACK]; /* contexts pushed under cur_ctx, innermost last */
+	__s32 stack_dev[GS_ML_CTX_STACK];
+	struct ctx_call cx[GS_LAYER_COUNT];
 };
 
 struct {
@@ -77,7 +99,12 @@ struct {
 	__type(value, struct gs_ml_err_val);
 } ml_errors SEC(".maps");
 
-/* Pids whose mappings changed (exec, dlopen): userspace rescans those. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_ML_MAX_CTXS);
+	__type(key, struct gs_ml_ctx_key);
+	__type(value, struct gs_ml_ctx);
+} ml_ctxs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -305,6 +332,247 @@ static __always_inline void on_unmap(struct gs_ml_proc *p, __u32 pid, __u64 va, 
 	}
 }
 
+/* ---- contexts ---- */
+
+struct release_match {
+	__u32 pid;
+	__u32 pad;
+	__u64 gen_ns;
+	__u64 ctx;
+};
+
+struct release_acc {
+	__u64 bytes, allocs, pinned_bytes, pinned_allocs;
+};
+
+/* The sums live in a map value, not on the stack: the verifier follows stack values through
+ * every callback iteration, and counts it can follow never converge. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct release_acc);
+} ml_release_buf SEC(".maps");
+
+static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_alloc *a, struct release_match *m)
+{
+	if (k->pid != m->pid || k->gen_ns != m->gen_ns || k->space != GS_ML_SPACE_ADDR || a->ctx != m->ctx)
+		return 0;
+	struct gs_ml_key key = *k;
+	__u64 size = a->size_bytes;
+	bool pinned = a->category == GS_MEM_PINNED;
+	__u32 zero = 0;
+	struct release_acc *r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	if (!r)
+		return 1;
+	if (bpf_map_delete_elem(&ml_allocs, &key) != 0)
+		return 0; /* a free won the race: it accounted for it */
+	if (capture_stacks)
+		bpf_map_delete_elem(&ml_stacks, &key);
+	if (pinned) {
+		r->pinned_bytes += size;
+		r->pinned_allocs++;
+	} else {
+		r->bytes += size;
+		r->allocs++;
+	}
+	return 0;
+}
+
+/* A context ended: its allocations are gone without a free. They leave the map and the
+ * counters now, so the exit report lists only what was still held, and userspace hears of
+ * them once. Contexts end rarely, so walking the allocation map here is cheap overall. */
+static __always_inline void release_ctx(struct gs_ml_proc *p, __u32 pid, __u64 ctx_id, __s32 dev, __u32 site,
+					__u8 layer)
+{
+	struct release_match m = {.pid = pid, .gen_ns = p->gen_ns, .ctx = ctx_id};
+	__u32 zero = 0;
+	struct release_acc *r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	if (!r)
+		return;
+	__builtin_memset(r, 0, sizeof(*r));
+	bpf_for_each_map_elem(&ml_allocs, release_one, &m, 0);
+	r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	if (!r || (!r->allocs && !r->pinned_allocs))
+		return;
+	struct release_acc sum = *r;
+	account(p, GS_MEM_DEVICE, -(__s64)sum.bytes, -(__s64)sum.allocs);
+	account(p, GS_MEM_PINNED, -(__s64)sum.pinned_bytes, -(__s64)sum.pinned_allocs);
+	struct gs_ml_event *e = bpf_ringbuf_reserve(&ml_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_ML_DROP_EVENTS);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = GS_ML_EV_CTX_RELEASED;
+	e->pid = pid;
+	e->ts_boot_ns = bpf_ktime_get_boot_ns();
+	e->addr = ctx_id;
+	e->device = dev;
+	e->site = site;
+	e->layer = layer;
+	e->counters.gen_ns = p->gen_ns;
+	e->counters.outstanding_bytes = sum.bytes;
+	e->counters.outstanding_allocs = sum.allocs;
+	e->counters.pinned_bytes = sum.pinned_bytes;
+	e->counters.pinned_allocs = sum.pinned_allocs;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO(&e->comm, t, group_leader, comm);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* The id allocations use for a CUcontext (primary contexts by device), and its device. */
+static __always_inline void ctx_lookup(__u32 pid, __u64 gen_ns, __u64 c, __u64 *id, __s32 *dev)
+{
+	*id = c;
+	*dev = -1;
+	if (!c)
+		return;
+	struct gs_ml_ctx_key k = {.pid = pid, .ctx = c};
+	struct gs_ml_ctx *v = bpf_map_lookup_elem(&ml_ctxs, &k);
+	if (!v || v->gen_ns != gen_ns)
+		return;
+	*dev = v->device;
+	if (v->primary)
+		*id = GS_ML_PRIMARY_CTX(v->device);
+}
+
+static __always_inline void ctx_remember(__u32 pid, __u64 gen_ns, __u64 c, __s32 dev, __u32 primary)
+{
+	struct gs_ml_ctx_key k = {.pid = pid, .ctx = c};
+	struct gs_ml_ctx v = {.gen_ns = gen_ns, .device = dev, .primary = primary};
+	if (c && bpf_map_update_elem(&ml_ctxs, &k, &v, BPF_ANY) != 0)
+		count_drop(GS_ML_DROP_CTXS_FULL);
+}
+
+static __always_inline void ctx_push(struct thread_state *st, __u64 id, __s32 dev)
+{
+	__u32 n = st->nstack;
+	if (n < GS_ML_CTX_STACK) {
+		st->stack_ctx[n] = st->cur_ctx;
+		st->stack_dev[n] = st->cur_dev;
+		st->nstack = n + 1;
+	}
+	st->cur_ctx = id;
+	st->cur_dev = dev;
+}
+
+static __always_inline void ctx_pop(struct thread_state *st)
+{
+	__u32 n = st->nstack;
+	if (n == 0 || n > GS_ML_CTX_STACK) {
+		st->cur_ctx = 0;
+		return;
+	}
+	n--;
+	st->nstack = n;
+	st->cur_ctx = st->stack_ctx[n];
+	st->cur_dev = st->stack_dev[n];
+}
+
+/* The runtime binds a context to the thread before its first call does anything: the one
+ * current, or the primary context of its default device 0. Only known for processes
+ * watched since they started: cudaSetDevice may have come before. */
+static __always_inline void runtime_binds(struct thread_state *st)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	if (!st->cur_ctx && session_start_ns && BPF_CORE_READ(t, group_leader, start_boottime) >= session_start_ns) {
+		st->cur_ctx = GS_ML_PRIMARY_CTX(0);
+		st->cur_dev = 0;
+	}
+}
+
+static __always_inline int ctx_exit(struct pt_regs *ctx, struct thread_state *st, __u32 layer)
+{
+	struct ctx_call *c = &st->cx[layer & 1];
+	if (c->depth == 0 || --c->depth > 0)
+		return 0;
+	__u32 site = c->site;
+	if (site >= GS_API_COUNT || (__s32)PT_REGS_RC(ctx) != 0)
+		return 0;
+	__u8 op = apis[site].ctx_op;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct gs_ml_proc *p = get_proc(pid);
+	if (!p)
+		return 0;
+	/* A driver call made by a runtime context call: the runtime call says what ends. */
+	bool nested = layer == GS_LAYER_DRIVER && st->cx[GS_LAYER_RUNTIME].depth > 0;
+	__u64 out = 0, id;
+	__s32 dev;
+
+	switch (op) {
+	case GS_CTX_CREATE:
+		bpf_probe_read_user(&out, sizeof(out), (void *)c->outp);
+		ctx_remember(pid, p->gen_ns, out, c->dev, 0);
+		ctx_push(st, out, c->dev);
+		break;
+	case GS_CTX_DESTROY: {
+		ctx_lookup(pid, p->gen_ns, c->ctx, &id, &dev);
+		if (!GS_ML_IS_PRIMARY_CTX(id))
+			release_ctx(p, pid, id, dev, site, layer);
+		struct gs_ml_ctx_key k = {.pid = pid, .ctx = c->ctx};
+		bpf_map_delete_elem(&ml_ctxs, &k);
+		if (st->cur_ctx == id)
+			ctx_pop(st);
+		break;
+	}
+	case GS_CTX_PRIMARY_RETAIN: {
+		bpf_probe_read_user(&out, sizeof(out), (void *)c->outp);
+		ctx_remember(pid, p->gen_ns, out, c->dev, 1);
+		/* CUDA 13's runtime makes the primary context current (cuCtxSetCurrent) before it
+		 * retains it, so the thread's context is known as primary only now. */
+		if (out && st->cur_ctx == out) {
+			st->cur_ctx = GS_ML_PRIMARY_CTX(c->dev);
+			st->cur_dev = c->dev;
+		}
+		struct gs_ml_ctx_key k = {.pid = pid, .ctx = GS_ML_PRIMARY_CTX(c->dev)};
+		struct gs_ml_ctx *v = bpf_map_lookup_elem(&ml_ctxs, &k);
+		if (v && v->gen_ns == p->gen_ns) {
+			v->retains++;
+		} else {
+			struct gs_ml_ctx nv = {.gen_ns = p->gen_ns, .device = c->dev, .retains = 1};
+			if (bpf_map_update_elem(&ml_ctxs, &k, &nv, BPF_ANY) != 0)
+				count_drop(GS_ML_DROP_CTXS_FULL);
+		}
+		break;
+	}
+	case GS_CTX_PRIMARY_RELEASE: {
+		/* Only retains seen here count: one made out of sight keeps the context alive. */
+		struct gs_ml_ctx_key k = {.pid = pid, .ctx = GS_ML_PRIMARY_CTX(c->dev)};
+		struct gs_ml_ctx *v = bpf_map_lookup_elem(&ml_ctxs, &k);
+		if (v && v->gen_ns == p->gen_ns && v->retains > 0 && --v->retains == 0 && !nested)
+			release_ctx(p, pid, GS_ML_PRIMARY_CTX(c->dev), c->dev, site, layer);
+		break;
+	}
+	case GS_CTX_PRIMARY_RESET:
+		if (!nested)
+			release_ctx(p, pid, GS_ML_PRIMARY_CTX(c->dev), c->dev, site, layer);
+		break;
+	case GS_CTX_SET_CURRENT:
+		ctx_lookup(pid, p->gen_ns, c->ctx, &id, &dev);
+		st->cur_ctx = id;
+		st->cur_dev = dev;
+		break;
+	case GS_CTX_PUSH:
+		ctx_lookup(pid, p->gen_ns, c->ctx, &id, &dev);
+		ctx_push(st, id, dev);
+		break;
+	case GS_CTX_POP:
+		ctx_pop(st);
+		break;
+	case GS_CTX_RT_SET_DEVICE:
+		st->cur_ctx = GS_ML_PRIMARY_CTX(c->dev);
+		st->cur_dev = c->dev;
+		break;
+	case GS_CTX_RT_DEVICE_RESET:
+		/* With a non-primary context current, cudaDeviceReset frees no memory (its docs). */
+		if (GS_ML_IS_PRIMARY_CTX(c->ctx))
+			release_ctx(p, pid, c->ctx, c->dev, site, layer);
+		break;
+	}
+	return 0;
+}
+
 SEC("uprobe")
 int ml_enter(struct pt_regs *ctx)
 {
@@ -315,6 +583,26 @@ int ml_enter(struct pt_regs *ctx)
 		bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count_drop(GS_ML_DROP_NO_STATE);
+		return 0;
+	}
+	const struct gs_api_desc *d = &apis[site];
+	if (d->roles & GS_ROLE_CONTEXT) {
+		struct ctx_call *c = &st->cx[d->layer & 1];
+		if (c->depth++ > 0)
+			return 0;
+		struct gs_args regs;
+		gs_args_load(ctx, &regs);
+		c->site = site;
+		c->ctx = d->ctx ? gs_arg_at(&regs, d->ctx - 1) : 0;
+		c->outp = d->outp ? gs_arg_at(&regs, d->outp - 1) : 0;
+		c->dev = d->device ? (__s32)gs_arg_at(&regs, d->device - 1) : -1;
+		if (d->ctx_op == GS_CTX_RT_DEVICE_RESET) {
+			/* The device it resets is the one current now: the runtime's own calls may
+			 * unbind the context before it returns. */
+			runtime_binds(st);
+			c->ctx = st->cur_ctx;
+			c->dev = st->cur_ctx ? st->cur_dev : -1;
+		}
 		return 0;
 	}
 	if (st->depth++ > 0)
@@ -330,8 +618,19 @@ int ml_enter(struct pt_regs *ctx)
 SEC("uretprobe")
 int ml_exit(struct pt_regs *ctx)
 {
+	__u64 row = bpf_get_attach_cookie(ctx);
+	if (row >= GS_API_COUNT)
+		return 0;
+	/* Read the row before the helper call: afterwards the verifier no longer knows the
+	 * compiler's copy of `row` is bounded. */
+	bool ctx_row = apis[row].roles & GS_ROLE_CONTEXT;
+	__u32 row_layer = apis[row].layer & 1;
 	struct thread_state *st = bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, 0);
-	if (!st || st->depth == 0)
+	if (!st)
+		return 0;
+	if (ctx_row)
+		return ctx_exit(ctx, st, row_layer);
+	if (st->depth == 0)
 		return 0;
 	if (--st->depth > 0)
 		return 0;
@@ -344,6 +643,8 @@ int ml_exit(struct pt_regs *ctx)
 	struct gs_ml_proc *p = get_proc(pid);
 	if (!p)
 		return 0;
+	if (d->layer == GS_LAYER_RUNTIME && ret == 0)
+		runtime_binds(st);
 
 	switch (d->mem_op) {
 	case GS_MEM_ALLOC:
@@ -355,8 +656,13 @@ int ml_exit(struct pt_regs *ctx)
 			return 0;
 		}
 		__sync_fetch_and_add(&p->allocs_ok, 1);
+		/* Stream-ordered memory comes from a pool, which outlives contexts (cudaDeviceReset's docs). */
+		bool pooled = site == GS_API_CUDA_MALLOC_ASYNC || site == GS_API_CUDA_MALLOC_FROM_POOL_ASYNC ||
+			      site == GS_API_CU_MEM_ALLOC_ASYNC || site == GS_API_CU_MEM_ALLOC_FROM_POOL_ASYNC;
 		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .site = site,
-					.category = d->mem_cat, .layer = d->layer, .device = -1};
+					.category = d->mem_cat, .layer = d->layer,
+					.device = st->cur_ctx ? st->cur_dev : -1,
+					.ctx = pooled || d->mem_op == GS_MEM_VMM_CREATE ? 0 : st->cur_ctx};
 		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR, .gen_ns = p->gen_ns};
 		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
 		a.size_bytes = st->arg[1];
@@ -367,6 +673,7 @@ int ml_exit(struct pt_regs *ctx)
 		} else if (d->mem_op == GS_MEM_VMM_CREATE) {
 			__s32 loc[2] = {};
 			k.space = GS_ML_SPACE_HANDLE;
+			a.device = -1;
 			if (bpf_probe_read_user(loc, sizeof(loc), (void *)(st->arg[2] + GS_ML_PROP_LOCATION_TYPE_OFF)) == 0 &&
 			    loc[0] == GS_ML_LOCATION_DEVICE)
 				a.device = loc[1];

@@ -27,6 +27,20 @@ uint64_t boot_ns() {
   return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
 }
 
+void add_device(std::map<int32_t, MemleakDevice>& devs, const gs_ml_key& k, const gs_ml_alloc& a) {
+  if (k.space == GS_ML_SPACE_MAPPING || a.category == GS_MEM_PINNED) return;
+  auto& d = devs[a.device];
+  d.device = a.device;
+  d.outstanding_bytes += a.size_bytes;
+  d.outstanding_allocs++;
+}
+
+std::vector<MemleakDevice> device_list(const std::map<int32_t, MemleakDevice>& devs) {
+  std::vector<MemleakDevice> r;
+  for (auto& [dev, d] : devs) r.push_back(d);
+  return r;
+}
+
 }  // namespace
 
 MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
@@ -56,7 +70,7 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     links_.emplace_back(l);
   else
     exec_hook_ = false;
-  auto rows = apis_with_role(GS_ROLE_MEM);
+  auto rows = apis_with_role(GS_ROLE_MEM | GS_ROLE_CONTEXT);
   session.add({{skel_->progs.ml_enter, false, rows}, {skel_->progs.ml_exit, true, rows}}, multi,
               [this](const CudaObject&) { attached_new_ = true; });
   if (!exits) exit_hook_error_ = strerror(errno);
@@ -80,6 +94,7 @@ void MemleakCollector::set_watch_point() { skel_->bss->watch_since_ns = boot_ns(
 
 void MemleakCollector::start(UprobeSession& session) {
   set_watch_point();
+  skel_->bss->session_start_ns = skel_->bss->watch_since_ns;
   attached_new_ = false;
   if (cfg_.stacks) {
     for (pid_t p : cfg_.pids) stacks_.snapshot(p);
@@ -115,6 +130,13 @@ void MemleakCollector::on_event(const gs_ml_event& e) {
   }
   auto& comm = comms_[e.pid];
   if (comm.empty()) comm = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
+  if (e.type == GS_ML_EV_CTX_RELEASED) {
+    if (!ctx_sink_) return;
+    bool primary = GS_ML_IS_PRIMARY_CTX(e.addr);
+    ctx_sink_({e.pid, comm, e.addr, primary, e.device, e.site, e.layer, e.counters.outstanding_bytes,
+               e.counters.outstanding_allocs, e.counters.pinned_bytes, e.counters.pinned_allocs});
+    return;
+  }
   if (free_sink_) free_sink_({e.type == GS_ML_EV_BAD_FREE, e.pid, comm, e.addr, e.site, e.layer, e.reason, e.ret});
 }
 
@@ -192,6 +214,8 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
       if (e.k.space == GS_ML_SPACE_MAPPING && (!mapped_at.count(e.a.handle) || e.k.addr < mapped_at[e.a.handle]))
         mapped_at[e.a.handle] = e.k.addr;
     std::vector<MemleakLeak> rows;
+    std::map<int32_t, MemleakDevice> devs;
+    for (auto& e : es) add_device(devs, e.k, e.a);
     for (auto& e : es)
       if (e.k.space != GS_ML_SPACE_MAPPING) {
         rows.push_back(leak_row(e.k, e.a, end->ts_boot_ns, end->comm, end->state,
@@ -199,7 +223,7 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
         read_stack(e.k, rows.back());
       }
     std::sort(rows.begin(), rows.end(), [](const MemleakLeak& a, const MemleakLeak& b) { return a.age_ns > b.age_ns; });
-    MemleakProcess summary{life.pid, end->comm, end->state, end->counters, {}, {}};
+    MemleakProcess summary{life.pid, end->comm, end->state, end->counters, {}, {}, device_list(devs)};
     if (auto ae = alloc_errs.find(life); ae != alloc_errs.end()) summary.alloc_errors = ae->second;
     if (auto fe = free_errs.find(life); fe != free_errs.end()) summary.free_errors = fe->second;
     if (end_sink_) end_sink_(summary, rows);
@@ -221,6 +245,10 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_freed), gs_ml_key{}, gs_ml_freed{},
                 [&](const gs_ml_key& k, const gs_ml_freed&) {
                   return by_life.count({k.pid, k.gen_ns}) > 0;
+                });
+  drop_pid_keys(bpf_map__fd(skel_->maps.ml_ctxs), gs_ml_ctx_key{}, gs_ml_ctx{},
+                [&](const gs_ml_ctx_key& k, const gs_ml_ctx& v) {
+                  return by_life.count({k.pid, v.gen_ns}) > 0;
                 });
   drop_pid_keys(bpf_map__fd(skel_->maps.ml_errors), gs_ml_err_key{}, gs_ml_err_val{},
                 [&](const gs_ml_err_key& k, const gs_ml_err_val& v) {
@@ -275,20 +303,16 @@ MemleakSnapshot MemleakCollector::snapshot(std::optional<uint64_t> min_age_ns, c
                                        [&](uint32_t pid, const gs_ml_proc& c) { procs[pid] = c; });
   auto alloc_errs = read_errors(GS_ML_OP_ALLOC, nullptr);
   auto free_errs = read_errors(GS_ML_OP_FREE, nullptr);
-  MemleakSnapshot snap;
-  for (auto& [pid, c] : procs) {
-    MemleakProcess p{pid, comm_of(pid), "running", c, {}, {}};
-    if (auto ae = alloc_errs.find({pid, c.gen_ns}); ae != alloc_errs.end()) p.alloc_errors = ae->second;
-    if (auto fe = free_errs.find({pid, c.gen_ns}); fe != free_errs.end()) p.free_errors = fe->second;
-    snap.processes.push_back(std::move(p));
-  }
-  if (!min_age_ns) return snap;
+  // One walk of the live allocations: per-device sums for every summary, old ones when asked.
+  std::map<uint32_t, std::map<int32_t, MemleakDevice>> devs;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> mapped_at;
   std::vector<std::pair<gs_ml_key, gs_ml_alloc>> old;
   for_each_entry<gs_ml_key, gs_ml_alloc>(bpf_map__fd(skel_->maps.ml_allocs),
                                          [&](const gs_ml_key& k, const gs_ml_alloc& a) {
                                            auto p = procs.find(k.pid);
                                            if (p == procs.end() || p->second.gen_ns != k.gen_ns) return;
+                                           add_device(devs[k.pid], k, a);
+                                           if (!min_age_ns) return;
                                            if (k.space == GS_ML_SPACE_MAPPING) {
                                              auto& m = mapped_at[{k.pid, a.handle}];
                                              if (!m || k.addr < m) m = k.addr;
@@ -297,6 +321,14 @@ MemleakSnapshot MemleakCollector::snapshot(std::optional<uint64_t> min_age_ns, c
                                            if (now - a.ts_boot_ns < *min_age_ns) return;
                                            old.emplace_back(k, a);
                                          });
+  MemleakSnapshot snap;
+  for (auto& [pid, c] : procs) {
+    MemleakProcess p{pid, comm_of(pid), "running", c, {}, {}, device_list(devs[pid])};
+    if (auto ae = alloc_errs.find({pid, c.gen_ns}); ae != alloc_errs.end()) p.alloc_errors = ae->second;
+    if (auto fe = free_errs.find({pid, c.gen_ns}); fe != free_errs.end()) p.free_errors = fe->second;
+    snap.processes.push_back(std::move(p));
+  }
+  if (!min_age_ns) return snap;
   for (auto& [k, a] : old) {
     auto m = mapped_at.find({k.pid, k.addr});
     MemleakLeak row = leak_row(k, a, now, comm_of(k.pid), "running", m == mapped_at.end() ? 0 : m->second);
@@ -330,10 +362,10 @@ void MemleakCollector::drain() {
 
 MemleakCollector::Stats MemleakCollector::stats() const {
   int dfd = bpf_map__fd(skel_->maps.ml_drops);
-  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL),     percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
-          percpu_sum(dfd, GS_ML_DROP_EVENTS),          percpu_sum(dfd, GS_ML_DROP_NO_STATE),
-          percpu_sum(dfd, GS_ML_DROP_STACKS),          percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL),
-          py_ ? py_->counters() : PyStacks::Counters{}};
+  return {percpu_sum(dfd, GS_ML_DROP_ALLOCS_FULL),      percpu_sum(dfd, GS_ML_DROP_PROCS_FULL),
+          percpu_sum(dfd, GS_ML_DROP_EVENTS),           percpu_sum(dfd, GS_ML_DROP_NO_STATE),
+          percpu_sum(dfd, GS_ML_DROP_STACKS),           percpu_sum(dfd, GS_ML_DROP_ERRORS_FULL),
+          py_ ? py_->counters() : PyStacks::Counters{}, percpu_sum(dfd, GS_ML_DROP_CTXS_FULL)};
 }
 
 }  // namespace gpuscope

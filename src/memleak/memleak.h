@@ -14,6 +14,15 @@
 #define GS_ML_STACK_DEPTH 32
 #define GS_ML_MAX_ERRORS 4096   /* distinct (process, op, layer, error) failure counters */
 #define GS_ML_UNMAP_SPAN 8      /* mappings one cuMemUnmap can take down */
+#define GS_ML_MAX_CTXS 4096     /* CUDA contexts seen made or retained, all processes */
+#define GS_ML_CTX_STACK 4       /* contexts pushed under the current one, per thread */
+
+/* A context as allocations name it: a CUcontext, or the primary context of a device. Primary
+ * contexts get this id whatever way they became current (cudaSetDevice, the runtime's own
+ * initialisation, a retained CUcontext), so that one reset finds all their memory. The top
+ * 16 bits set is a kernel address, never a CUcontext. */
+#define GS_ML_PRIMARY_CTX(dev) (0xffff000000000000ULL | (__u32)(dev))
+#define GS_ML_IS_PRIMARY_CTX(ctx) (((ctx) >> 48) == 0xffff)
 
 /* CUmemAllocationProp (cuda.h): location.type at 8, location.id at 12; checked against
  * cuda.h by the integration test's fixture build. CU_MEM_LOCATION_TYPE_DEVICE is 1. */
@@ -45,6 +54,22 @@ struct gs_ml_alloc {
 	__s32 device;     /* CUDA ordinal, -1 when not known */
 	__u32 vmm_mappings; /* HANDLE: live mappings of it */
 	__u32 vmm_released; /* HANDLE: cuMemRelease has returned success */
+	__u64 ctx;          /* the context whose end frees it (GS_ML_PRIMARY_CTX or a CUcontext); 0: none known */
+};
+
+struct gs_ml_ctx_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 ctx; /* a CUcontext, or GS_ML_PRIMARY_CTX(dev) for a device's primary context */
+};
+
+/* A context seen made (cuCtxCreate) or retained (cuDevicePrimaryCtxRetain), or the retain
+ * count of a device's primary context. */
+struct gs_ml_ctx {
+	__u64 gen_ns;  /* gs_ml_proc.gen_ns of the owning life */
+	__s32 device;  /* CUDA ordinal */
+	__u32 primary; /* a CUcontext that is a device's primary context */
+	__u64 retains; /* GS_ML_PRIMARY_CTX keys: cuDevicePrimaryCtxRetain minus Release seen */
 };
 
 struct gs_ml_stack {
@@ -91,20 +116,31 @@ struct gs_ml_proc {
 	__u64 double_frees;       /* of bad_frees and frees_failed: the address was freed before */
 };
 
-enum gs_ml_event_type { GS_ML_EV_EXIT, GS_ML_EV_EXEC, GS_ML_EV_BAD_FREE, GS_ML_EV_UNTRACKED_FREE };
+enum gs_ml_event_type {
+	GS_ML_EV_EXIT,
+	GS_ML_EV_EXEC,
+	GS_ML_EV_BAD_FREE,
+	GS_ML_EV_UNTRACKED_FREE,
+	GS_ML_EV_CTX_RELEASED, /* a context ended holding allocations: they are gone */
+};
 enum gs_ml_reason { GS_ML_R_NONE, GS_ML_R_DOUBLE_FREE, GS_ML_R_ERROR, GS_ML_R_UNKNOWN_ADDRESS };
 
 struct gs_ml_event {
 	__u32 type;       /* enum gs_ml_event_type */
 	__u32 pid;
 	__u64 ts_boot_ns;
-	__u64 addr;       /* frees: the pointer or handle freed */
-	__s32 ret;        /* frees: cudaError_t / CUresult */
+	__u64 addr;       /* frees: the pointer or handle freed; CTX_RELEASED: the context id */
+	union {
+		__s32 ret;    /* frees: cudaError_t / CUresult */
+		__s32 device; /* CTX_RELEASED: the context's device, -1 when not known */
+	};
 	__u16 site;
 	__u8 reason;      /* enum gs_ml_reason */
 	__u8 layer;       /* frees: enum gs_ml_layer, which says how to name ret */
 	char comm[16];    /* the process name, which /proc may no longer have */
-	struct gs_ml_proc counters; /* EXIT/EXEC: read just before the entry was deleted */
+	/* EXIT/EXEC: read just before the entry was deleted. CTX_RELEASED: what the context's end
+	 * released (outstanding_* and pinned_*), the rest zero. */
+	struct gs_ml_proc counters;
 };
 
 /* Why something was not recorded; index into the per-CPU drop counters. */
@@ -115,13 +151,17 @@ enum gs_ml_drop {
 	GS_ML_DROP_EVENTS,      /* ring buffer full */
 	GS_ML_DROP_STACKS,      /* stack map full or stack unreadable */
 	GS_ML_DROP_ERRORS_FULL, /* error-code map full: the failure is counted, its code is not */
+	GS_ML_DROP_CTXS_FULL,   /* context map full: that context's device is not known */
 	GS_ML_DROP_COUNT
 };
 
 #ifdef __cplusplus
 #include <cstddef>
 static_assert(sizeof(gs_ml_key) == 24);
-static_assert(sizeof(gs_ml_alloc) == 40);
+static_assert(sizeof(gs_ml_alloc) == 48);
+static_assert(offsetof(gs_ml_alloc, ctx) == 40);
+static_assert(sizeof(gs_ml_ctx_key) == 16);
+static_assert(sizeof(gs_ml_ctx) == 24);
 static_assert(offsetof(gs_ml_alloc, site) == 24);
 static_assert(offsetof(gs_ml_alloc, device) == 28);
 static_assert(sizeof(gs_ml_stack) == 8 * GS_ML_STACK_DEPTH + 8);

@@ -71,7 +71,8 @@ const Table& summary_table() {
                         {"FAILED", 7},
                         {"BAD", 4},
                         {"UNTRACKED", 10},
-                        {"STATE", 0}});
+                        {"STATE", -8},
+                        {"DEVICES", 0}});
   return t;
 }
 
@@ -80,6 +81,7 @@ class MemleakView {
  public:
   explicit MemleakView(const MemleakOptions& o) : o_(o) {}
   void free_event(const MemleakFreeEvent& e);
+  void context_released(const MemleakContextRelease& c);
   void ended(const MemleakProcess& p, const std::vector<MemleakLeak>& leaks);
   void interval(const MemleakSnapshot& s);
   // Each suspected leak is listed once (a process's are forgotten when it ends).
@@ -118,6 +120,43 @@ void MemleakView::free_event(const MemleakFreeEvent& e) {
   }
 }
 
+void MemleakView::context_released(const MemleakContextRelease& c) {
+  if (o_.common.json) {
+    JsonLine j(out_.buf());
+    j.str("type", "context_released")
+        .num("pid", c.pid)
+        .str("comm", c.comm)
+        .str("ctx", c.primary ? "primary" : hex(c.ctx))
+        .boolean("primary", c.primary)
+        .num("device", c.device)
+        .str("api", api_symbol(c.api))
+        .str("layer", layer_str(c.layer))
+        .num("allocs", c.allocs)
+        .num("bytes", c.bytes)
+        .num("pinned_allocs", c.pinned_allocs)
+        .num("pinned_bytes", c.pinned_bytes)
+        .end();
+    return;
+  }
+  std::string what =
+      c.primary ? fmt::format("the primary context of device {}", c.device)
+                : fmt::format("context {}{}", hex(c.ctx), c.device < 0 ? "" : fmt::format(" (device {})", c.device));
+  std::string pinned = c.pinned_allocs ? fmt::format(" and {} pinned block{}, {}", c.pinned_allocs,
+                                                     c.pinned_allocs == 1 ? "" : "s", human(c.pinned_bytes))
+                                       : "";
+  fmt::format_to(std::back_inserter(out_.buf()),
+                 "CONTEXT RELEASED  pid {} ({}): {} ended {} with {} allocation{}, {}{} never freed\n", c.pid, c.comm,
+                 api_symbol(c.api), what, c.allocs, c.allocs == 1 ? "" : "s", human(c.bytes), pinned);
+}
+
+std::string devices_str(const std::vector<MemleakDevice>& devs) {
+  std::string r;
+  for (auto& d : devs)
+    r += fmt::format("{}{}:{}", r.empty() ? "" : " ", d.device < 0 ? "?" : std::to_string(d.device),
+                     human(d.outstanding_bytes));
+  return r.empty() ? "-" : r;
+}
+
 void MemleakView::summary(const MemleakProcess& p) {
   auto it = std::back_inserter(out_.buf());
   const gs_ml_proc& c = p.counters;
@@ -138,6 +177,14 @@ void MemleakView::summary(const MemleakProcess& p) {
         .num("frees_untracked", c.frees_untracked)
         .num("bad_frees", c.bad_frees)
         .num("double_frees", c.double_frees);
+    j.begin_array("devices");
+    for (auto& d : p.devices)
+      j.begin_object()
+          .num("device", d.device)
+          .num("outstanding_bytes", d.outstanding_bytes)
+          .num("outstanding_allocs", d.outstanding_allocs)
+          .end_object();
+    j.end_array();
     // One key per name, in the order names first come, their counts summed.
     for (auto* errs : {&p.alloc_errors, &p.free_errors}) {
       std::vector<std::pair<std::string, uint64_t>> merged;
@@ -155,11 +202,11 @@ void MemleakView::summary(const MemleakProcess& p) {
     j.str("state", p.state).end();
     return;
   }
-  summary_table().row(
-      out_.buf(),
-      {std::to_string(p.pid), p.comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
-       human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed), std::to_string(c.frees_ok),
-       std::to_string(c.frees_failed), std::to_string(c.bad_frees), std::to_string(c.frees_untracked), p.state});
+  summary_table().row(out_.buf(),
+                      {std::to_string(p.pid), p.comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
+                       human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed),
+                       std::to_string(c.frees_ok), std::to_string(c.frees_failed), std::to_string(c.bad_frees),
+                       std::to_string(c.frees_untracked), p.state, devices_str(p.devices)});
   for (auto* errs : {&p.alloc_errors, &p.free_errors})
     for (auto& [n, v] : *errs)
       fmt::format_to(it, "{:>9}{} failed {} time{}: {}\n", "", errs == &p.alloc_errors ? "allocations" : "frees", v,
@@ -249,20 +296,23 @@ void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st
         .num("py_walks_unreadable", d.py.read_errors)
         .num("py_chains_not_kept", d.py.stacks_full)
         .num("py_notices_lost", d.py.events_lost)
+        .num("contexts_not_recorded_map_full", d.contexts_lost)
         .num("probes", st.probes)
         .num("objects", st.objects)
         .num("attach_failures", st.attach_failures)
         .num("attach_retries", st.attach_retries)
         .end();
   } else if (d.allocs_map_full || d.procs_map_full || d.events_lost || d.no_thread_state || d.stacks_lost ||
-             d.error_codes_lost || d.py.truncated || d.py.read_errors || d.py.stacks_full || d.py.events_lost) {
+             d.error_codes_lost || d.contexts_lost || d.py.truncated || d.py.read_errors || d.py.stacks_full ||
+             d.py.events_lost) {
     fmt::format_to(std::back_inserter(out_.buf()),
                    "not recorded: {} allocations (map full), {} calls of untracked processes (map full), {} events "
-                   "(ring buffer full), {} calls without thread state, {} stacks, {} error codes; Python chains: {} "
-                   "cut at {} frames, {} unreadable mid-walk, {} not kept (map full), {} named late\n",
+                   "(ring buffer full), {} calls without thread state, {} stacks, {} error codes, {} contexts (map "
+                   "full); Python chains: {} cut at {} frames, {} unreadable mid-walk, {} not kept (map full), {} "
+                   "named late\n",
                    d.allocs_map_full, d.procs_map_full, d.events_lost, d.no_thread_state, d.stacks_lost,
-                   d.error_codes_lost, d.py.truncated, GS_PY_MAX_DEPTH, d.py.read_errors, d.py.stacks_full,
-                   d.py.events_lost);
+                   d.error_codes_lost, d.contexts_lost, d.py.truncated, GS_PY_MAX_DEPTH, d.py.read_errors,
+                   d.py.stacks_full, d.py.events_lost);
   }
   out_.flush();
 }
@@ -279,6 +329,7 @@ int run_memleak(const MemleakOptions& o) {
             memleak.exit_hook_error().c_str());
   MemleakView view(o);
   memleak.on_free([&](const MemleakFreeEvent& e) { view.free_event(e); });
+  memleak.on_context_released([&](const MemleakContextRelease& c) { view.context_released(c); });
   memleak.on_end([&](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { view.ended(p, l); });
   session.start();
   memleak.start(session);

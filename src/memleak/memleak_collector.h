@@ -31,6 +31,13 @@ namespace gpuscope {
 // them: one entry per (layer, code), so a name may come twice.
 using MemleakErrors = std::vector<std::pair<std::string, uint64_t>>;
 
+// Device memory (device, managed, VMM; not pinned host memory) one process holds on one device.
+struct MemleakDevice {
+  int32_t device = -1;  // CUDA ordinal, -1: not known
+  uint64_t outstanding_bytes = 0;
+  uint64_t outstanding_allocs = 0;
+};
+
 // One process's summary: its counters (gs_ml_proc, updated atomically in BPF) as they are now,
 // or as they were when it exited or exec'd.
 struct MemleakProcess {
@@ -39,6 +46,21 @@ struct MemleakProcess {
   std::string state;  // "running", "exited", "exec"
   gs_ml_proc counters{};
   MemleakErrors alloc_errors, free_errors;
+  std::vector<MemleakDevice> devices;  // by ordinal, summed over its live allocations
+};
+
+// A context ended (cuCtxDestroy, a primary context reset or last release, cudaDeviceReset)
+// while it still held allocations: they are gone, freed by the driver, and no longer counted.
+struct MemleakContextRelease {
+  uint32_t pid = 0;
+  std::string comm;
+  uint64_t ctx = 0;  // the CUcontext; for a primary context GS_ML_PRIMARY_CTX(device)
+  bool primary = false;
+  int32_t device = -1;  // -1: not known
+  unsigned api = 0;     // site table row of the call that ended it
+  unsigned layer = 0;
+  uint64_t bytes = 0, allocs = 0;                // device memory released
+  uint64_t pinned_bytes = 0, pinned_allocs = 0;  // pinned host memory released
 };
 
 // One live allocation (a pointer, or a VMM physical handle).
@@ -95,8 +117,10 @@ class MemleakCollector {
     uint64_t stacks_lost = 0;       // stack map full or stack unreadable
     uint64_t error_codes_lost = 0;  // failures counted without their code: map full
     PyStacks::Counters py;          // the CPython walk's
+    uint64_t contexts_lost = 0;     // contexts not recorded (map full): their devices unknown
   };
   using FreeSink = std::function<void(const MemleakFreeEvent&)>;
+  using ContextSink = std::function<void(const MemleakContextRelease&)>;
   // A process that ended (exit or exec): its final summary and what it never freed, oldest first.
   using EndSink = std::function<void(const MemleakProcess&, const std::vector<MemleakLeak>&)>;
   // Sees a leak row before its stack is read; rows it returns false for are left out.
@@ -108,6 +132,7 @@ class MemleakCollector {
   bool exits_hooked() const { return exit_hook_error_.empty(); }
   const std::string& exit_hook_error() const { return exit_hook_error_; }
   void on_free(FreeSink sink) { free_sink_ = std::move(sink); }
+  void on_context_released(ContextSink sink) { ctx_sink_ = std::move(sink); }
   void on_end(EndSink sink) { end_sink_ = std::move(sink); }
   // After session.start(): frees of addresses allocated before now are untracked.
   void start(UprobeSession& session);
@@ -154,6 +179,7 @@ class MemleakCollector {
   std::string exit_hook_error_;
   FreeSink free_sink_;
   std::function<void(const std::string&)> note_;
+  ContextSink ctx_sink_;
   EndSink end_sink_;
   Symbolizer stacks_;  // snapshots maps and symbols while a process lives
   std::unique_ptr<PyStacks> py_;

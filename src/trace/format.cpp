@@ -29,6 +29,7 @@ void normalize_event(gs_call_event& e) {
     if (d.handle) f |= GS_F_HANDLE;
     if (d.device) f |= GS_F_DEVICE;
     if (d.func) f |= GS_F_FUNC;
+    if (d.ctx) f |= GS_F_CTX;
     if (d.special >= GS_SP_RT_LAUNCH && d.special <= GS_SP_CU_LAUNCH_EX)
       f |= GS_F_FUNC | GS_F_LAUNCH | GS_F_STREAM | (e.fields & (GS_F_CLUSTER | GS_F_CAPTURED));
     e.fields = f;
@@ -64,6 +65,10 @@ void normalize_event(gs_call_event& e) {
     case GS_OUT_DEVICE:
       e.args.device = static_cast<int32_t>(v);
       e.fields = GS_F_DEVICE;
+      break;
+    case GS_OUT_CTX:
+      e.args.ctx = v;
+      e.fields = GS_F_CTX;
       break;
     default: e.fields = 0;
   }
@@ -118,6 +123,7 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
   if (f & GS_F_EVENT) j.hex("event", a.event);
   if (f & GS_F_HANDLE) j.hex("handle", a.handle);
   if (f & GS_F_DEVICE) j.num("device", a.device);
+  if (f & GS_F_CTX) j.hex("ctx", a.ctx);
   if (f & GS_F_LAUNCH) j.boolean("captured", f & GS_F_CAPTURED);
   j.end();
 }
@@ -168,6 +174,7 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
   if (f & GS_F_EVENT) fmt::format_to(it, "event=0x{:x} ", a.event);
   if (f & GS_F_HANDLE) fmt::format_to(it, "handle=0x{:x} ", a.handle);
   if (f & GS_F_DEVICE) fmt::format_to(it, "device={} ", a.device);
+  if (f & GS_F_CTX) fmt::format_to(it, "ctx=0x{:x} ", a.ctx);
   if (f & GS_F_CAPTURED) fmt::format_to(it, "captured ");
   if (out.size() > 0 && out.data()[out.size() - 1] == ' ') out.resize(out.size() - 1);
   out.push_back('\n');

@@ -154,6 +154,7 @@ int gs_enter(struct pt_regs *ctx)
 	if (d->handle) a->handle = ARG(d->handle);
 	if (d->device) a->device = ARG(d->device);
 	if (d->func) a->func = ARG(d->func);
+	if (d->ctx) a->ctx = ARG(d->ctx);
 	if (d->special >= GS_SP_RT_LAUNCH && d->special <= GS_SP_CU_LAUNCH_EX) {
 		gs_launch_decode(&regs, d->special, e);
 		if (gs_is_captured(e->pid, a->stream))

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "harness.h"
@@ -77,12 +78,20 @@ void other_calls() {
 }
 
 void check(const std::vector<json>& lines, int ioctls) {
-  std::vector<json> io, mm;
+  std::vector<json> io, mm, op;
   for (auto& l : lines) {
     if (l["pid"] != getpid()) continue;
     if (l["type"] == "ioctl") io.push_back(l);
     if (l["type"] == "mmap") mm.push_back(l);
+    if (l["type"] == "open") op.push_back(l);
   }
+  // The node was opened once; /dev/null and the regular file are not NVIDIA nodes.
+  ASSERT_EQ(op.size(), 1u) << "opens of the NVIDIA node only";
+  EXPECT_EQ(op[0]["dev"], "195:7");
+  EXPECT_EQ(op[0]["device"], "nvidia7");
+  EXPECT_EQ(op[0]["count"], 1);
+  EXPECT_FALSE(op[0]["comm"].get<std::string>().empty());
+  EXPECT_GT(op[0]["first_ts_ns"].get<int64_t>(), 0);
   ASSERT_EQ(io.size(), 1u) << "only the NVIDIA node counts, not /dev/null or a regular file";
   auto& l = io[0];
   EXPECT_EQ(l["dev"], "195:7");
@@ -142,6 +151,28 @@ TEST(Ioctl, EventsStreamOnePerCall) {
     EXPECT_GT(e["dur_ns"].get<uint64_t>(), 0u);
   }
   check(lines, 4);
+}
+
+// A process that opens GPU nodes and makes no ioctl is still listed, once per node.
+TEST(Ioctl, OpensWithoutIoctls) {
+  Node n;
+  fs::path ctl = n.dir / "nvidiactl";
+  ASSERT_EQ(mknod(ctl.c_str(), S_IFCHR | 0600, makedev(195, 255)), 0) << strerror(errno);
+  auto lines = around({}, [&] {
+    for (int i = 0; i < 3; i++) close(open(n.path.c_str(), O_PATH));
+    close(openat(AT_FDCWD, ctl.c_str(), O_PATH));
+    EXPECT_LT(open((n.dir / "missing").c_str(), O_RDONLY), 0);
+    other_calls();
+  });
+  std::map<std::string, json> op;
+  for (auto& l : lines)
+    if (l["type"] == "open" && l["pid"] == getpid()) op[l["dev"]] = l;
+  ASSERT_EQ(op.size(), 2u);
+  EXPECT_EQ(op["195:7"]["count"], 3);
+  EXPECT_EQ(op["195:7"]["device"], "nvidia7");
+  EXPECT_EQ(op["195:255"]["count"], 1);
+  EXPECT_EQ(op["195:255"]["device"], "nvidiactl");
+  for (auto& l : lines) EXPECT_NE(l["type"], "ioctl") << l.dump();
 }
 
 TEST(Ioctl, BadInputOneLineExit2) {

@@ -131,10 +131,15 @@ TEST(Memleak, LeakReport) {
   };
   for (uint64_t sz : {1000, 3000, 5000}) {
     expect_leak(sz, "cudaMalloc", "runtime", addr["cudaMalloc " + std::to_string(sz)]);
-    EXPECT_EQ(leaks.find(sz)->second["device"], -1);
+    EXPECT_EQ(leaks.find(sz)->second["device"], 0) << "the runtime's default device";
     EXPECT_EQ(leaks.find(sz)->second["category"], "device");
   }
-  for (uint64_t sz : {600, 800}) expect_leak(sz, "cuMemAlloc_v2", "driver", addr["cuMemAlloc " + std::to_string(sz)]);
+  for (uint64_t sz : {600, 800}) {
+    expect_leak(sz, "cuMemAlloc_v2", "driver", addr["cuMemAlloc " + std::to_string(sz)]);
+    EXPECT_EQ(leaks.find(sz)->second["device"], 0) << "the context the runtime made current";
+  }
+  EXPECT_EQ(s["devices"], json::parse(R"([{"device":0,"outstanding_bytes":2107552,"outstanding_allocs":6}])"))
+      << s.dump();
   expect_leak(2097152, "cuMemCreate", "driver", addr["vmm"]);
   const json& vmm = leaks.find(2097152)->second;
   EXPECT_EQ(vmm["category"], "vmm");
@@ -417,6 +422,114 @@ TEST(Memleak, RealRuntimeFailures) {
     EXPECT_EQ(b["error"], "cudaErrorInsufficientDriver");
     EXPECT_EQ(b["api"], "cudaFree");
   }
+  EXPECT_TRUE(final_leaks(lines, pid).empty());
+}
+
+// Two contexts on two devices and a retained primary context. While the program holds them,
+// the summary splits device memory by device. Destroying one context ends exactly its blocks
+// (device and pinned), a primary-context reset ends that context's, each reported once; what
+// is left at exit is what was really held, each block with its device.
+TEST(Memleak, ContextsEndTheirAllocations) {
+  Memleak g({"--interval", "0.2"});
+  Process w({standin_app(), "contexts"});
+  pid_t pid = ready_pid(w);
+  ASSERT_TRUE(w.wait_for("holding")) << w.err();
+  bool split = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!split && std::chrono::steady_clock::now() < deadline) {
+    for (auto& l : Memleak::of(parse_lines(g.proc().out()), pid, "summary"))
+      split |= l["outstanding_allocs"] == 5 &&
+               l["devices"] == json::parse(R"([{"device":0,"outstanding_bytes":8000,"outstanding_allocs":3},
+                                                {"device":1,"outstanding_bytes":9000,"outstanding_allocs":2}])");
+    sleep_s(0.05);
+  }
+  EXPECT_TRUE(split) << "no running summary with memory per device\n" << g.proc().out();
+  w.signal(SIGUSR1);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "leak", 4)) << g.proc().out();
+  // Its final rows are out: none of its state is left, contexts included.
+  auto keys = pids_in_maps(g.proc().pid());
+  EXPECT_TRUE(keys.count("ml_ctxs")) << "ml_ctxs not found among gpuscope's maps";
+  for (auto& [name, ks] : keys) EXPECT_EQ(std::count(ks.begin(), ks.end(), static_cast<uint32_t>(pid)), 0) << name;
+  auto lines = g.stop();
+  std::smatch m;
+  std::string err = w.err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(c0 (0x[0-9a-f]+) c1 (0x[0-9a-f]+))"))) << err;
+  std::string c1 = m[2];
+
+  auto rel = Memleak::of(lines, pid, "context_released");
+  ASSERT_EQ(rel.size(), 2u) << g.proc().out();
+  EXPECT_EQ(rel[0]["ctx"], c1);
+  EXPECT_EQ(rel[0]["primary"], false);
+  EXPECT_EQ(rel[0]["device"], 1);
+  EXPECT_EQ(rel[0]["api"], "cuCtxDestroy_v2");
+  EXPECT_EQ(rel[0]["layer"], "driver");
+  expect_counts(rel[0], {{"allocs", 1}, {"bytes", 3000}, {"pinned_allocs", 1}, {"pinned_bytes", 4000}});
+  EXPECT_EQ(rel[1]["ctx"], "primary");
+  EXPECT_EQ(rel[1]["primary"], true);
+  EXPECT_EQ(rel[1]["device"], 1);
+  EXPECT_EQ(rel[1]["api"], "cuDevicePrimaryCtxReset_v2");
+  expect_counts(rel[1], {{"allocs", 1}, {"bytes", 6000}, {"pinned_allocs", 0}, {"pinned_bytes", 0}});
+
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  expect_counts(s, {{"allocs_ok", 8}, {"frees_ok", 1}, {"bad_frees", 0}, {"outstanding_allocs", 4},
+                    {"outstanding_bytes", 1000 + 5000 + 7000 + 8000}, {"pinned_allocs", 0}, {"pinned_bytes", 0}});
+  EXPECT_EQ(s["devices"], json::parse(R"([{"device":0,"outstanding_bytes":13000,"outstanding_allocs":3},
+                                          {"device":1,"outstanding_bytes":8000,"outstanding_allocs":1}])"))
+      << s.dump();
+  auto leaks = final_leaks(lines, pid);
+  ASSERT_EQ(leaks.size(), 4u) << g.proc().out();
+  static const std::regex re(R"(contexts: (\w+) (\d+) -> (0x[0-9a-f]+))");
+  std::map<uint64_t, std::pair<std::string, std::string>> printed;
+  for (std::sregex_iterator it(err.begin(), err.end(), re), end; it != end; ++it)
+    printed[std::stoull((*it)[2].str())] = {(*it)[1].str(), (*it)[3].str()};
+  for (auto [size, dev] : std::vector<std::pair<uint64_t, int>>{{1000, 0}, {5000, 0}, {7000, 0}, {8000, 1}}) {
+    ASSERT_EQ(leaks.count(size), 1u) << size << "\n" << g.proc().out();
+    const json& l = leaks.find(size)->second;
+    EXPECT_EQ(l["device"], dev) << l.dump();
+    EXPECT_EQ(l["addr"], printed[size].second) << l.dump();
+    EXPECT_EQ(l["api"], size == 8000 ? "cudaMalloc" : "cuMemAlloc_v2") << l.dump();
+  }
+}
+
+// cudaDeviceReset() and exit: what the reset freed is one context_released row, and no leak
+// is left; the pool block (stream-ordered memory outlives the reset) is freed normally after.
+TEST(Memleak, DeviceResetIsNotALeak) {
+  Memleak g;
+  Process w({standin_app(), "device_reset"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  auto rel = Memleak::of(lines, pid, "context_released");
+  ASSERT_EQ(rel.size(), 1u) << g.proc().out();
+  EXPECT_EQ(rel[0]["api"], "cudaDeviceReset");
+  EXPECT_EQ(rel[0]["layer"], "runtime");
+  EXPECT_EQ(rel[0]["primary"], true);
+  EXPECT_EQ(rel[0]["device"], 0);
+  expect_counts(rel[0], {{"allocs", 1}, {"bytes", 1000}, {"pinned_allocs", 1}, {"pinned_bytes", 500}});
+  EXPECT_TRUE(final_leaks(lines, pid).empty()) << g.proc().out();
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  expect_counts(s, {{"allocs_ok", 4}, {"frees_ok", 2}, {"bad_frees", 0}, {"frees_untracked", 0},
+                    {"outstanding_allocs", 0}, {"outstanding_bytes", 0}, {"pinned_allocs", 0}});
+  EXPECT_EQ(s["devices"], json::array());
+}
+
+// The real libcudart without a GPU: the allocations and the reset fail, so no context
+// ended holding memory and nothing is reported as released.
+TEST(Memleak, RealRuntimeDeviceReset) {
+  Memleak g({"--lib", cuda_runtime_lib()}, false);
+  Process w({CUDA_FIXTURE_DIR "/ctx_reset"});
+  pid_t pid = ready_pid(w);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
+  auto lines = g.stop();
+  json s = final_summary(lines, pid);
+  ASSERT_FALSE(s.is_null()) << g.proc().out();
+  expect_counts(s, {{"allocs_ok", 0}, {"allocs_failed", 2}, {"outstanding_allocs", 0}});
+  EXPECT_TRUE(Memleak::of(lines, pid, "context_released").empty()) << g.proc().out();
   EXPECT_TRUE(final_leaks(lines, pid).empty());
 }
 

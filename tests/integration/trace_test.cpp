@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -112,6 +113,58 @@ TEST(TraceRealCudart, SharedRuntimeCallsAndArguments) {
   ASSERT_FALSE(s.is_null());
   EXPECT_EQ(s["lost"], 0);
   EXPECT_EQ(s["events"].get<size_t>(), ev.size() - 1);
+}
+
+// Context calls are traced with their arguments decoded: devices in, contexts in and out, as
+// the stand-in driver hands them out (and as the stand-in runtime's cudaSetDevice makes them).
+TEST(TraceStandin, ContextCallsDecoded) {
+  Trace t({"--lib", standin_rt(), "--lib", standin_drv()});
+  Process w({standin_app(), "contexts"});
+  pid_t pid = ready_pid(w);
+  ASSERT_TRUE(w.wait_for("holding")) << w.err();
+  w.signal(SIGUSR1);
+  ASSERT_EQ(w.wait(20), 0) << w.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto ev = t.stop();
+  std::smatch m;
+  std::string err = w.err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(c0 (0x[0-9a-f]+) c1 (0x[0-9a-f]+) primary1 (0x[0-9a-f]+))")))
+      << err;
+  std::string c0 = m[1], c1 = m[2], p1 = m[3];
+  auto one = [&](const char* api, const char* phase, size_t i = 0, size_t n = 1) {
+    auto e = select(ev, pid, api, phase);
+    EXPECT_EQ(e.size(), n) << api << " " << phase;
+    return i < e.size() ? e[i] : json::object();
+  };
+  EXPECT_EQ(one("cuCtxCreate_v4", "enter")["device"], 0);
+  EXPECT_EQ(one("cuCtxCreate_v4", "exit")["ctx"], c0);
+  EXPECT_EQ(one("cuCtxCreate_v2", "enter")["device"], 1);
+  EXPECT_EQ(one("cuCtxCreate_v2", "exit")["ctx"], c1);
+  EXPECT_EQ(one("cuCtxPopCurrent_v2", "exit", 0, 2)["ctx"], c1);
+  EXPECT_EQ(one("cuCtxPopCurrent_v2", "exit", 1, 2)["ctx"], p1);
+  for (size_t i = 0; i < 2; i++) {  // the program's own retain, then the runtime's
+    EXPECT_EQ(one("cuDevicePrimaryCtxRetain", "enter", i, 2)["device"], 1);
+    EXPECT_EQ(one("cuDevicePrimaryCtxRetain", "exit", i, 2)["ctx"], p1);
+  }
+  EXPECT_EQ(one("cuCtxPushCurrent_v2", "enter")["ctx"], p1);
+  EXPECT_EQ(one("cuCtxDestroy_v2", "enter")["ctx"], c1);
+  EXPECT_EQ(one("cuCtxDestroy_v2", "exit")["ret_name"], "CUDA_SUCCESS");
+  EXPECT_EQ(one("cuDevicePrimaryCtxReset_v2", "enter")["device"], 1);
+  EXPECT_EQ(one("cudaSetDevice", "enter")["device"], 1);
+  EXPECT_EQ(one("cuCtxSetCurrent", "enter")["ctx"], p1);
+  EXPECT_EQ(one("cuCtxSetCurrent", "enter")["layer"], "driver");
+}
+
+// The real libcudart without a GPU: cudaDeviceReset is traced, and fails as every call does.
+TEST(TraceRealCudart, DeviceReset) {
+  pid_t pid;
+  auto ev = trace_workload({}, {CUDA_FIXTURE_DIR "/ctx_reset"}, &pid);
+  ASSERT_EQ(select(ev, pid, "cudaDeviceReset", "enter").size(), 1u);
+  auto ex = select(ev, pid, "cudaDeviceReset", "exit");
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0]["ret_name"], "cudaErrorInsufficientDriver");
+  EXPECT_EQ(ex[0]["layer"], "runtime");
+  EXPECT_EQ(select(ev, pid, "cudaMalloc", "enter").size(), 2u);
 }
 
 TEST(TraceRealCudart, StaticRuntimeFoundWithoutLib) {

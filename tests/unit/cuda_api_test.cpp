@@ -116,7 +116,31 @@ TEST(CudaApiTable, ArgumentPositionsPointAtParametersOfTheRightKind) {
       EXPECT_NE(param(d.kind).find("cudaMemcpyKind"), std::string::npos);
     }
     if (d.device) {
-      EXPECT_NE(param(d.device).find("int"), std::string::npos);
+      EXPECT_TRUE(std::regex_search(param(d.device), std::regex(R"(\bint\b|CUdevice\b)")));
+    }
+    if (d.ctx) {
+      EXPECT_TRUE(std::regex_search(param(d.ctx), std::regex(R"(CUcontext\s+\w+$)")));
+    }
+    if (d.out == GS_OUT_CTX) {
+      EXPECT_TRUE(std::regex_search(param(d.outp), std::regex(R"(CUcontext\s*\*)")));
+    }
+    if (d.roles & GS_ROLE_CONTEXT) {
+      EXPECT_NE(d.ctx_op, GS_CTX_NONE) << "a context row says what it does";
+      switch (d.ctx_op) {
+        case GS_CTX_CREATE:
+        case GS_CTX_PRIMARY_RETAIN:
+          EXPECT_EQ(d.out, GS_OUT_CTX);
+          EXPECT_NE(d.device, 0);
+          break;
+        case GS_CTX_POP: EXPECT_EQ(d.out, GS_OUT_CTX); break;
+        case GS_CTX_DESTROY:
+        case GS_CTX_SET_CURRENT:
+        case GS_CTX_PUSH: EXPECT_NE(d.ctx, 0); break;
+        case GS_CTX_PRIMARY_RELEASE:
+        case GS_CTX_PRIMARY_RESET:
+        case GS_CTX_RT_SET_DEVICE: EXPECT_NE(d.device, 0); break;
+        case GS_CTX_RT_DEVICE_RESET: EXPECT_TRUE(params.empty()); break;
+      }
     }
     if (d.handle) {
       EXPECT_NE(param(d.handle).find("CUmemGenericAllocationHandle"), std::string::npos);

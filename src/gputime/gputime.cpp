@@ -1,0 +1,305 @@
+#include <bpf/bpf.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <random>
+
+#include "core/demangle.h"
+#include "core/elf_symbols.h"
+#include "core/proc_maps.h"
+#include "core/system.h"
+#include "gputime.skel.h"
+#include "gputime/gputime_collector.h"
+
+namespace gpuscope {
+
+std::string cupti_lib_beside_self() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/') + 1) + kCuptiLibName;
+}
+
+const char* gpu_kind_name(unsigned kind) {
+  switch (kind) {
+    case GS_GT_KERNEL: return "kernel";
+    case GS_GT_MEMCPY: return "memcpy";
+    case GS_GT_MEMSET: return "memset";
+    case GS_GT_SYNC: return "sync";
+    case GS_GT_API: return "api";
+  }
+  return "?";
+}
+
+const char* gpu_copy_kind_name(unsigned kind) {
+  // CUpti_ActivityMemcpyKind
+  static const char* names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+  return kind < std::size(names) ? names[kind] : "Unknown";
+}
+
+GpuTimeCollector::GpuTimeCollector(Config cfg) : cfg_(std::move(cfg)), skel_(nullptr, gputime_bpf__destroy) {
+  skel_.reset(gputime_bpf__open());
+  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+  set_comm_filter(skel_->rodata, cfg_.comm);
+  int err = gputime_bpf__load(skel_.get());
+  if (err)
+    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
+                     " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
+  rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.gs_gt_events),
+                                     [this](const void* d, size_t n) { handle(d, n); });
+  std::random_device rd;
+  do generation_ = rd();
+  while (generation_ == 0);
+}
+
+GpuTimeCollector::~GpuTimeCollector() { stop(); }
+
+bool GpuTimeCollector::probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid) {
+  auto key = std::make_tuple(dev, ino, pid);
+  if (files_.count(key) || files_.count({dev, ino, -1})) return true;
+  File f;
+  f.path = path;
+  try {
+    auto syms = ElfSymbols::read(
+        path, [](std::string_view s) { return s == "gpuscope_cupti_buffer" || s == "gpuscope_cupti_name"; },
+        [](std::string_view s) { return s == "gpuscope_cupti_control"; });
+    auto* b = syms.find("gpuscope_cupti_buffer");
+    auto* n = syms.find("gpuscope_cupti_name");
+    if (!b || !n) return false;
+    f.buffer_off = b->file_offset;
+    f.name_off = n->file_offset;
+    for (auto& [vaddr, name] : syms.objects())
+      if (name == "gpuscope_cupti_control") f.control_vaddr = vaddr;
+    f.first_load_vaddr = syms.first_load_vaddr();
+  } catch (const std::exception&) {
+    return false;
+  }
+  std::string err;
+  Link lb = attach_uprobe(skel_->progs.gs_gt_buffer, {path, f.buffer_off, pid}, &err);
+  Link ln = attach_uprobe(skel_->progs.gs_gt_name, {path, f.name_off, pid}, &err);
+  if (!lb || !ln) return false;
+  links_.push_back(std::move(lb));
+  links_.push_back(std::move(ln));
+  files_[key] = f;
+  return true;
+}
+
+void GpuTimeCollector::tell(pid_t pid, uint64_t addr, uint32_t value) {
+  gs_gt_control c{};
+  iovec local{&c, sizeof c}, remote{reinterpret_cast<void*>(addr), sizeof c};
+  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof c)) return;
+  if (c.magic != GS_GT_MAGIC) return;
+  // Another gpuscope may hold the flag: leave it; a stop clears only its own generation.
+  if (value ? c.attached != 0 : c.attached != generation_) return;
+  uint32_t v = value;
+  iovec lw{&v, sizeof v}, rw{reinterpret_cast<void*>(addr + offsetof(gs_gt_control, attached)), sizeof v};
+  process_vm_writev(pid, &lw, 1, &rw, 1, 0);
+}
+
+void GpuTimeCollector::start() {
+  std::string beside = cupti_lib_beside_self();
+  std::vector<std::string> known = cfg_.libs;
+  if (access(beside.c_str(), R_OK) == 0) known.push_back(beside);
+  for (auto& path : known) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) throw UsageError("--cupti-lib " + path + ": " + strerror(errno));
+    if (cfg_.pids.empty()) {
+      if (!probe_file(path, st.st_dev, st.st_ino, -1) && path != beside)
+        throw UsageError("--cupti-lib " + path + ": not a libgpuscope-cupti.so that can be probed");
+    } else {
+      for (pid_t p : cfg_.pids) probe_file(path, st.st_dev, st.st_ino, p);
+    }
+  }
+  rescan();
+}
+
+void GpuTimeCollector::rescan(const std::vector<pid_t>* only) {
+  forget_exited();
+  std::vector<pid_t> pids = only ? *only : cfg_.pids.empty() ? list_pids() : cfg_.pids;
+  pid_t self = getpid();
+  for (pid_t pid : pids) {
+    if (pid == self || told_.count(pid)) continue;
+    auto text = read_file_opt("/proc/" + std::to_string(pid) + "/maps");
+    if (!text || text->find(kCuptiLibName) == std::string::npos) continue;
+    if (!cfg_.comm.empty() && proc_comm(pid) != cfg_.comm) continue;
+    for (auto& m : parse_maps(*text)) {
+      if (!m.is_file() || m.file_offset != 0 || m.path.find(kCuptiLibName) == std::string::npos) continue;
+      std::string path = "/proc/" + std::to_string(pid) + "/root" + m.path;
+      if (!probe_file(path, m.dev, m.ino, cfg_.pids.empty() ? -1 : pid)) continue;
+      auto it = files_.find({m.dev, m.ino, cfg_.pids.empty() ? -1 : pid});
+      if (it == files_.end()) it = files_.find({m.dev, m.ino, -1});
+      uint64_t addr = m.start - it->second.first_load_vaddr + it->second.control_vaddr;
+      tell(pid, addr, generation_);
+      told_[pid] = addr;
+      break;
+    }
+  }
+  // A flag another gpuscope cleared on its way out is set again.
+  for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
+}
+
+void GpuTimeCollector::forget_exited() {
+  // Names of processes never told (they handed over before a rescan found them) go too.
+  for (auto n = names_.begin(); n != names_.end();) {
+    uint32_t pid = n->first.first;
+    if (told_.count(static_cast<pid_t>(pid)) || pid_exists(static_cast<pid_t>(pid))) {
+      n = names_.upper_bound({pid, UINT32_MAX});
+      continue;
+    }
+    while (n != names_.end() && n->first.first == pid) n = names_.erase(n);
+  }
+  for (auto it = told_.begin(); it != told_.end();) {
+    if (pid_exists(it->first)) {
+      ++it;
+      continue;
+    }
+    uint32_t pid = static_cast<uint32_t>(it->first);
+    for (auto n = names_.lower_bound({pid, 0}); n != names_.end() && n->first.first == pid;) n = names_.erase(n);
+    for (auto b = busy_end_.lower_bound({pid, 0}); b != busy_end_.end() && b->first.first == pid;)
+      b = busy_end_.erase(b);
+    it = told_.erase(it);
+  }
+}
+
+void GpuTimeCollector::watch(EventLoop& loop) {
+  loop.watch(*rb_);
+  // The library arrives by dlopen at cuInit: noticed processes are scanned at once, every
+  // process only every 5 s (reading every maps file is what costs on a busy host).
+  loop.every(0.5, [this] {
+    if (++ticks_ % 10 == 0 || !cfg_.pids.empty()) {
+      noticed_.clear();
+      rescan();
+    } else if (!noticed_.empty()) {
+      std::vector<pid_t> v;
+      v.swap(noticed_);
+      for (pid_t p : v) told_.erase(p);  // an exec'd process maps the library anew, if at all
+      rescan(&v);
+    } else {
+      for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
+    }
+  });
+}
+
+void GpuTimeCollector::drain() { rb_->drain(); }
+
+void GpuTimeCollector::stop() {
+  for (auto& [pid, addr] : told_) tell(pid, addr, 0);
+  told_.clear();
+  if (!links_.empty()) {
+    // The libraries' last flushes (they see the flag within their flush period) still arrive.
+    drain();
+    destroy_links(links_);
+    links_.clear();
+    drain();
+  }
+}
+
+void GpuTimeCollector::handle(const void* data, size_t size) {
+  if (size < sizeof(uint32_t)) return;
+  uint32_t type;
+  memcpy(&type, data, sizeof type);
+  if (type == GS_GT_EV_NAME && size >= offsetof(gs_gt_name, name)) {
+    auto* e = static_cast<const gs_gt_name*>(data);
+    size_t len = std::min<size_t>(e->len, std::min<size_t>(GS_GT_NAME_MAX, size - offsetof(gs_gt_name, name)));
+    names_[{e->pid, e->id}] = demangle(std::string(e->name, strnlen(e->name, len)));
+    names_n_++;
+  } else if (type == GS_GT_EV_RECORDS && size >= sizeof(gs_gt_chunk)) {
+    on_records(*static_cast<const gs_gt_chunk*>(data));
+  }
+}
+
+std::string GpuTimeCollector::name(uint32_t pid, uint32_t id) const {
+  auto it = names_.find({pid, id});
+  return it == names_.end() ? "" : it->second;
+}
+
+void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
+  dropped_[c.pid] = {c.batch.cupti_dropped, c.batch.lib_dropped};
+  uint32_t n = std::min<uint32_t>(c.n, GS_GT_CHUNK);
+  for (uint32_t i = 0; i < n; i++) {
+    GpuRecord g{c.pid, c.recs[i]};
+    g.r.start_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
+    g.r.end_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
+    records_++;
+    if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) add_kernel(g);
+    if (cfg_.keep_records) {
+      if (kept_.size() < cfg_.max_records)
+        kept_.push_back(g);
+      else
+        lost_kept_++;
+    }
+    if (sink_) sink_(g);
+  }
+}
+
+void GpuTimeCollector::add_kernel(const GpuRecord& g) {
+  uint64_t d = g.r.end_ns - g.r.start_ns;
+  std::string nm = name(g.pid, g.r.name_id);
+  if (nm.empty()) nm = "[kernel " + std::to_string(g.r.name_id) + "]";
+  auto key = std::make_pair(g.pid, std::move(nm));
+  auto ti = times_.find(key);
+  if (ti == times_.end()) {
+    if (times_.size() >= kMaxKernelRows) {
+      rows_full_++;
+      return;
+    }
+    ti = times_.emplace(std::move(key), KernelGpuTime{}).first;
+  }
+  auto& t = ti->second;
+  t.count++;
+  t.total_ns += d;
+  t.max_ns = std::max(t.max_ns, d);
+  uint64_t us = d / 1000;
+  unsigned k = us ? std::min(31, 63 - __builtin_clzll(us)) : 0;
+  t.log2_us[k]++;
+  // Busy time: the union of the process's kernels on the device, as records arrive (CUPTI
+  // delivers them in completion order per context).
+  auto dev = std::make_pair(g.pid, g.r.device);
+  uint64_t& last = busy_end_[dev];
+  uint64_t from = std::max<uint64_t>(g.r.start_ns, last);
+  if (g.r.end_ns > from) busy_[dev] += g.r.end_ns - from;
+  last = std::max<uint64_t>(last, g.r.end_ns);
+}
+
+void report_gpu_losses(const GpuTimeCollector::Stats& s) {
+  uint64_t lost = s.lost_ringbuf + s.lost_read + s.lost_too_many + s.lost_kept + s.cupti_dropped;
+  if (s.rows_full)
+    fprintf(stderr, "gpuscope: %llu kernel records not in GPU time: %zu (process, kernel) rows already kept\n",
+            (unsigned long long)s.rows_full, GpuTimeCollector::kMaxKernelRows);
+  if (!lost && !s.lost_names && !s.lib_dropped) return;
+  fprintf(stderr,
+          "gpuscope: GPU records lost: %llu (ring buffer full), %llu (unreadable), %llu (over %u in one hand-off), "
+          "%llu (over the kept bound), %llu (CUPTI had no buffer); %llu names lost, %llu kernels unnamed (name "
+          "table full)\n",
+          (unsigned long long)s.lost_ringbuf, (unsigned long long)s.lost_read, (unsigned long long)s.lost_too_many,
+          GS_GT_BATCH_MAX, (unsigned long long)s.lost_kept, (unsigned long long)s.cupti_dropped,
+          (unsigned long long)s.lost_names, (unsigned long long)s.lib_dropped);
+}
+
+GpuTimeCollector::Stats GpuTimeCollector::stats() const {
+  Stats s;
+  s.records = records_;
+  s.names = names_n_;
+  int fd = bpf_map__fd(skel_->maps.gs_gt_drops);
+  s.lost_ringbuf = percpu_sum(fd, GS_GT_DROP_RINGBUF);
+  s.lost_read = percpu_sum(fd, GS_GT_DROP_READ);
+  s.lost_too_many = percpu_sum(fd, GS_GT_DROP_TOO_MANY);
+  s.lost_names = percpu_sum(fd, GS_GT_DROP_NAME);
+  s.lost_kept = lost_kept_;
+  s.rows_full = rows_full_;
+  for (auto& [_, d] : dropped_) {
+    s.cupti_dropped += d.first;
+    s.lib_dropped += d.second;
+  }
+  s.files = files_.size();
+  s.processes = told_.size();
+  return s;
+}
+
+}  // namespace gpuscope

@@ -1,0 +1,135 @@
+#pragma once
+// The GPU-time collector: finds libgpuscope-cupti.so (beside gpuscope, --cupti-lib, and in
+// every process in scope), probes its hand-off functions, tells each process's copy that a
+// gpuscope is attached, and decodes the records into per-kernel GPU time, per-device busy
+// time and, for the timeline, the records themselves. It never prints.
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/bpf.h"
+#include "core/event_loop.h"
+#include "gputime/gputime.h"
+
+struct gputime_bpf;
+
+namespace gpuscope {
+
+// The library's file name, and where gpuscope looks for it first: beside its own binary.
+inline constexpr const char* kCuptiLibName = "libgpuscope-cupti.so";
+std::string cupti_lib_beside_self();
+
+// GPU time of one kernel name in one process. log2_us[k] counts durations in
+// [2^k, 2^(k+1)) microseconds (k = 0 also takes shorter ones): a histogram an agent can export.
+struct KernelGpuTime {
+  uint64_t count = 0;
+  uint64_t total_ns = 0;
+  uint64_t max_ns = 0;
+  std::array<uint64_t, 32> log2_us{};
+};
+
+// One record as delivered: times already on CLOCK_BOOTTIME.
+struct GpuRecord {
+  uint32_t pid = 0;
+  gs_gt_record r{};
+};
+
+class GpuTimeCollector {
+ public:
+  struct Config {
+    std::vector<pid_t> pids;        // -p: only these processes
+    std::string comm;               // -c
+    std::vector<std::string> libs;  // also these copies of the library
+    bool keep_records = false;      // the timeline wants every record
+    size_t max_records = 2u << 20;  // bound of what is kept (88 bytes each); past it counted as lost
+  };
+  struct Stats {
+    uint64_t records = 0, names = 0;
+    uint64_t lost_ringbuf = 0, lost_read = 0, lost_too_many = 0, lost_names = 0;
+    uint64_t lost_kept = 0;      // past max_records
+    uint64_t rows_full = 0;      // kernel records of a (pid, kernel) row past kMaxKernelRows
+    uint64_t cupti_dropped = 0;  // reported by the libraries (CUPTI had no buffer), summed over processes
+    uint64_t lib_dropped = 0;
+    size_t files = 0;      // copies of the library probed
+    size_t processes = 0;  // processes told that gpuscope is attached
+  };
+  using Sink = std::function<void(const GpuRecord&)>;
+
+  static constexpr size_t kMaxKernelRows = 65536;  // (pid, kernel) rows of GPU time kept
+
+  explicit GpuTimeCollector(Config cfg);
+  ~GpuTimeCollector();
+  GpuTimeCollector(const GpuTimeCollector&) = delete;
+  GpuTimeCollector& operator=(const GpuTimeCollector&) = delete;
+
+  void on_record(Sink s) { sink_ = std::move(s); }
+  // Probes the copies found now and tells their processes; later ones are found by watch().
+  void start();
+  // Records as they arrive; processes that load the library later, every 0.5 s.
+  void watch(EventLoop& loop);
+  // Scans `only`, or every process in scope when null.
+  void rescan(const std::vector<pid_t>* only = nullptr);
+  // A process in scope exec'd or dlopened (UprobeSession::on_maps_changed): scanned on the next tick.
+  void notice(pid_t pid) { noticed_.push_back(pid); }
+  void drain();
+  // Tells every process that this gpuscope has gone, then removes the probes.
+  void stop();
+
+  // Kernel name of an id a process handed over (demangled), or "" when unknown.
+  std::string name(uint32_t pid, uint32_t id) const;
+  // (pid, kernel name) -> GPU time since start.
+  const std::map<std::pair<uint32_t, std::string>, KernelGpuTime>& kernel_times() const { return times_; }
+  // (pid, device) -> nanoseconds in which at least one of the process's kernels ran.
+  const std::map<std::pair<uint32_t, uint32_t>, uint64_t>& busy_ns() const { return busy_; }
+  const std::vector<GpuRecord>& records() const { return kept_; }
+  // Whether any copy of the library is probed, and whether any record came.
+  bool probing() const { return !links_.empty(); }
+  Stats stats() const;
+
+ private:
+  struct File {
+    std::string path;  // openable
+    uint64_t buffer_off = 0, name_off = 0, control_vaddr = 0, first_load_vaddr = 0;
+  };
+  void handle(const void* data, size_t size);
+  void on_records(const gs_gt_chunk& c);
+  void add_kernel(const GpuRecord& g);
+  bool probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid);
+  void tell(pid_t pid, uint64_t control_addr, uint32_t value);
+  void forget_exited();
+
+  Config cfg_;
+  Sink sink_;
+  std::unique_ptr<gputime_bpf, void (*)(gputime_bpf*)> skel_;
+  std::unique_ptr<RingBuffer> rb_;
+  std::vector<Link> links_;
+  std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
+  std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
+  std::vector<pid_t> noticed_;
+  unsigned ticks_ = 0;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
+  std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_end_;
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> dropped_;  // pid -> (cupti, lib), latest
+  std::vector<GpuRecord> kept_;
+  uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0, rows_full_ = 0;
+  uint32_t generation_ = 0;
+};
+
+// One line on stderr when GPU records were lost (by reason); nothing otherwise.
+void report_gpu_losses(const GpuTimeCollector::Stats& s);
+
+// GPU-record kinds by name ("kernel", "memcpy", ...), and CUPTI's memcpy kinds.
+const char* gpu_kind_name(unsigned kind);
+const char* gpu_copy_kind_name(unsigned kind);
+
+}  // namespace gpuscope

@@ -1,0 +1,172 @@
+// gpuscope timeline: CUDA calls per thread (the trace collector), GPU kernels, copies and
+// memsets per stream (libgpuscope-cupti.so's records), launch-to-kernel arrows, and device
+// counters (the bridge's pinned maps), written as a Chrome JSON trace for Perfetto.
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "bridge/bridge_maps.h"
+#include "core/cli.h"
+#include "core/clock.h"
+#include "core/cuda_api.h"
+#include "core/event_loop.h"
+#include "core/fd.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "gputime/gputime_collector.h"
+#include "gputime/timeline.h"
+#include "trace/trace.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct TimelineOptions {
+  CommonFlags common;
+  Scope scope;
+  std::string out = "gpuscope-timeline.json";
+  std::string pin_dir = "/sys/fs/bpf";
+  std::vector<std::string> cupti_libs;
+  uint32_t max_calls = 2000000;
+};
+
+// Device counters from the bridge's pins, sampled while the timeline records.
+class BridgeCounters {
+ public:
+  explicit BridgeCounters(const std::string& dir)
+      : meta_(bpf_obj_get((dir + "/" GPU_PIN_META).c_str())), dev_(bpf_obj_get((dir + "/" GPU_PIN_DEVICE).c_str())) {}
+  bool present() const { return meta_.get() >= 0 && dev_.get() >= 0; }
+  void sample(std::vector<CounterSample>& out) {
+    if (!present()) return;
+    uint32_t zero = 0;
+    gpu_meta m{};
+    if (bpf_map_lookup_elem(meta_.get(), &zero, &m) != 0 || m.schema_version != GPU_BRIDGE_SCHEMA_VERSION) return;
+    if (m.last_update_boottime_ns == last_tick_ || boottime_ns() - m.last_update_boottime_ns > 2000000000ull) return;
+    last_tick_ = m.last_update_boottime_ns;
+    for (uint32_t d = 0; d < m.n_devices && d < GPU_MAX_DEVICES; d++) {
+      gpu_device_metrics v{};
+      if (bpf_map_lookup_elem(dev_.get(), &d, &v) != 0 || !v.timestamp_ns) continue;
+      out.push_back({v.timestamp_ns - static_cast<uint64_t>(m.clock_offset_ns), d, v.sm_util_pct, v.mem_used_bytes});
+    }
+    fresh_ = true;
+  }
+  bool fresh() const { return fresh_; }
+
+ private:
+  Fd meta_, dev_;
+  uint64_t last_tick_ = 0;
+  bool fresh_ = false;
+};
+
+int run_timeline(const TimelineOptions& o) {
+  o.scope.validate();
+  {
+    // Refuse an unwritable output before attaching anything.
+    int fd = open(o.out.c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) throw UsageError("-o " + o.out + ": " + strerror(errno));
+    close(fd);
+  }
+  require_bpf_privileges();
+  set_libbpf_verbose(o.common.verbose);
+  UprobeSession session(o.scope, o.common.verbose);
+  TimelineInput in;
+  uint64_t calls_over = 0;
+  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope.comm, 16384}, [&](const gs_call_event& e) {
+    if (e.phase != GS_PHASE_EXIT) return;
+    if (in.calls.size() >= o.max_calls) {
+      calls_over++;
+      return;
+    }
+    in.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer});
+    auto& tn = in.threads[{e.pid, e.tid}];
+    if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
+    if (!in.comms.count(e.pid)) in.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
+  });
+  GpuTimeCollector gpu({o.scope.pids, o.scope.comm, o.cupti_libs, true});
+  BridgeCounters bridge(o.pin_dir);
+  session.on_maps_changed([&](pid_t pid) { gpu.notice(pid); });
+  session.start();
+  gpu.start();
+  EventLoop loop(o.common.duration_s);
+  trace.watch(loop);
+  session.watch(loop);
+  gpu.watch(loop);
+  loop.every(0.05, [&] { bridge.sample(in.counters); });
+  fprintf(stderr,
+          "gpuscope: recording a timeline (%zu probes in %zu CUDA objects; GPU records from %zu copies of %s; "
+          "counters %s). Ctrl-C to end.\n",
+          session.stats().probes, session.stats().objects, gpu.stats().files, kCuptiLibName,
+          bridge.present() ? "from the bridge" : "absent: no bridge pins");
+  loop.run();
+  trace.drain();
+  gpu.stop();
+  session.detach();
+  trace.drain();
+
+  auto gs = gpu.stats();
+  auto ts = trace.stats();
+  in.gpu = gpu.records();
+  in.kernel_name = [&](uint32_t pid, uint32_t id) { return gpu.name(pid, id); };
+  for (auto& g : in.gpu)
+    if (!in.comms.count(g.pid)) in.comms[g.pid] = proc_comm(g.pid);
+  if (in.gpu.empty())
+    in.gpu_note = std::string("none: GPU spans need ") + kCuptiLibName +
+                  " in the workload (CUDA_INJECTION64_PATH=" + cupti_lib_beside_self() + ", or gpuscope run -- CMD)";
+  if (in.counters.empty())
+    in.counter_note =
+        bridge.present() ? "none: the bridge's pins were stale" : "none: start gpuscope bridge for device counters";
+  in.lost = {{"cpu_ringbuf", ts.lost_ringbuf}, {"cpu_state", ts.lost_state},
+             {"cpu_over_bound", calls_over},   {"gpu_ringbuf", gs.lost_ringbuf},
+             {"gpu_unreadable", gs.lost_read}, {"gpu_over_hand_off", gs.lost_too_many},
+             {"gpu_over_bound", gs.lost_kept}, {"gpu_cupti_dropped", gs.cupti_dropped},
+             {"gpu_names", gs.lost_names}};
+  std::string doc;
+  TimelineStats st = write_timeline(in, doc);
+  std::ofstream f(o.out, std::ios::trunc | std::ios::binary);
+  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + o.out);
+  report_gpu_losses(gs);
+  Writer w;
+  if (o.common.json) {
+    JsonLine j(w.buf());
+    j.str("type", "summary").str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
+    j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
+    j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
+    j.boolean("gpu_library", !in.gpu.empty()).end();
+  } else {
+    fmt::format_to(std::back_inserter(w.buf()),
+                   "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples{}\n", o.out,
+                   st.cpu_spans, st.gpu_spans, st.flows, st.counters,
+                   in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_timeline(CLI::App& app) {
+  auto o = std::make_shared<TimelineOptions>();  // held by the command registry until exit
+  auto* cmd = app.add_subcommand("timeline", "Write a Perfetto/Chrome trace of CUDA calls, GPU activity and counters");
+  add_common_flags(cmd, o->common);
+  add_scope_flags(cmd, o->scope);
+  cmd->add_option("-o,--output", o->out, "Trace file to write (default gpuscope-timeline.json)");
+  cmd->add_option("--pin-dir", o->pin_dir, "bpffs directory of the bridge's pins (default /sys/fs/bpf)");
+  cmd->add_option("--cupti-lib", o->cupti_libs,
+                  "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
+  add_number(cmd, "--max-calls", o->max_calls, "CPU calls kept (default 2000000); more are counted as lost", "calls", 1,
+             1e9);
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope timeline -p 1234 -d 5 -o step.json     # then open step.json in ui.perfetto.dev\n"
+      "  gpuscope timeline -c python3 -d 10\n"
+      "GPU spans need the workload to run with CUDA_INJECTION64_PATH=<dir of gpuscope>/libgpuscope-cupti.so\n"
+      "(gpuscope run -- CMD sets it); device counters need gpuscope bridge running.");
+  add_command(cmd, [o] { return run_timeline(*o); });
+}
+
+}  // namespace gpuscope
