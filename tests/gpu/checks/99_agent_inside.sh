@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: 98_agent_inside.sh GPUSCOPE_BIN OUT_DIR
+# usage: 99_agent_inside.sh GPUSCOPE_BIN OUT_DIR
 # `gpuscope agent` with no bridge running, on the real driver and NVML:
 # 1. it runs the bridge itself: device series with the GPU's UUID and model name;
 # 2. its ioctl series for a PyTorch process (named gs98torch) equal, request by request, what
@@ -15,9 +15,9 @@ OUT=$2
 mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-PD=/sys/fs/bpf/gs98-$$
+PD=/sys/fs/bpf/gs99-$$
 mkdir -p "$PD"
-D=${WORK:-/tmp/gpuscope-98}
+D=${WORK:-/tmp/gpuscope-99}
 rm -rf "$D"
 mkdir -p "$D"
 cleanup_pins() { rm -f "$PD"/gpu_* 2>/dev/null || true; rmdir "$PD" 2>/dev/null || true; }
