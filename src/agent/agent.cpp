@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "core/cuda_api.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "ioctl/decode.h"
 #include "kernels/kernels.h"
 #include "latency/histogram.h"
 
@@ -126,6 +128,82 @@ void AgentView::memleak_ended(const MemleakProcess& mp, const std::vector<Memlea
   }
 }
 
+void AgentView::take_ioctl(const AgentInput& in) {
+  ioctl_now_ = ioctl_exited_;
+  struct PerPid {
+    std::string comm;
+    uint64_t calls = 0, errors = 0;
+    bool exited = false;
+  };
+  std::map<uint32_t, PerPid> per_pid;
+  for (auto& r : in.ioctl->ioctls) {
+    auto req = decode_ioctl(r.key.rdev >> GS_KDEV_MINORBITS, in.uvm_major, r.key.request);
+    std::string name = req.name.empty() ? fmt::format("0x{:x}", r.key.request) : req.name;
+    auto add = [&](IoctlTotals& t) {
+      t.calls += r.val.count;
+      t.errors += r.val.errors;
+      t.total_ns += r.val.total_ns;
+    };
+    add(ioctl_now_[name]);
+    if (r.exited) add(ioctl_exited_[name]);
+    auto& pp = per_pid[r.key.pid];
+    pp.comm = std::string(r.val.comm, strnlen(r.val.comm, sizeof r.val.comm));
+    pp.calls += r.val.count;
+    pp.errors += r.val.errors;
+    pp.exited = pp.exited || r.exited;
+  }
+  for (auto& [pid, pp] : per_pid) {
+    Proc* p = live_.count(pid) ? &live_[pid] : gone(pid);
+    if (!p) p = &proc(pid, pp.comm);
+    p->has_ioctl = true;
+    p->ioctl_calls = pp.calls;
+    p->ioctl_errors = pp.errors;
+    // Final values: not seen, so an exited process leaves with this refresh.
+    if (!pp.exited && !p->exited) p->seen = true;
+  }
+}
+
+void AgentView::take_starvation(const StarvationReport& r, uint64_t seq, uint64_t scraped) {
+  has_folded_ = true;
+  for (auto& row : r.rows) {
+    auto& t = starving_[{row.pid, row.tid}];
+    if (!t.pid) {
+      t.pid = row.pid;
+      t.tid = row.tid;
+      t.labels = labels_.get(static_cast<pid_t>(row.pid));
+    }
+    t.comm = row.comm;
+    t.thread = row.thread;
+    t.cpu_ns += row.cpu_time_ns;
+  }
+  for (auto& [pid, tid] : r.gone)
+    if (auto it = starving_.find({pid, tid}); it != starving_.end()) it->second.gone = true;
+  // A thread gone stays until a scrape has seen its final value, then folds into its comm's.
+  for (auto it = starving_.begin(); it != starving_.end();) {
+    StarvingThread& t = it->second;
+    if (t.gone && t.published_seq && scraped >= t.published_seq) {
+      starving_exited_[{t.comm, t.labels.container, t.labels.pod, t.labels.ns}] += t.cpu_ns;
+      uint32_t pid = t.pid;
+      it = starving_.erase(it);
+      auto next = starving_.lower_bound({pid, 0});
+      if ((next == starving_.end() || next->first.first != pid) && !live_.count(pid))
+        labels_.forget(static_cast<pid_t>(pid));
+      continue;
+    }
+    if (t.gone && !t.published_seq) t.published_seq = seq;
+    ++it;
+  }
+  for (auto& [k, w] : r.folded) {
+    auto it = stacks_.find(k);
+    if (it != stacks_.end())
+      it->second += w;
+    else if (stacks_.size() < cfg_.max_folded_stacks)
+      stacks_.emplace(k, w);
+    else
+      folded_lost_++;
+  }
+}
+
 void AgentView::choose_named(Proc& p) {
   // A row first seen unnamed ("[unknown …]") is renamed once its name is learnt: the old key goes.
   std::erase_if(p.named, [&](const KernelKey& k) { return !p.kernels.count(k); });
@@ -160,6 +238,7 @@ void AgentView::refresh(const AgentInput& in) {
       p.mem = mp.counters;
       p.seen = true;
     }
+  if (in.ioctl) take_ioctl(in);
   // Gone from every collector without an exit record (lost, or no exit hook).
   std::vector<uint32_t> vanished;
   for (auto& [pid, p] : live_)
@@ -188,6 +267,7 @@ void AgentView::refresh(const AgentInput& in) {
   }
   for (auto& [_, p] : live_) choose_named(p);
   for (auto& p : gone_) choose_named(p);
+  if (in.starvation) take_starvation(*in.starvation, seq, scraped);
 
   auto pub = std::make_shared<Published>();
   pub->seq = seq;
@@ -197,6 +277,8 @@ void AgentView::refresh(const AgentInput& in) {
   pub->leaks = render_leaks();
   pub->health = render_health(in, pub->series);
   if (in.anomalies) pub->anomalies = in.anomalies->json();
+  if (has_folded_) pub->folded = folded_text(stacks_);
+  pub->has_folded = has_folded_;
   render_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard g(mu_);
   pub_ = std::move(pub);
@@ -243,12 +325,16 @@ HttpReply AgentView::serve(const std::string& path) {
       r.body = "anomaly rules are off\n";
     }
   } else if (path == "/api/starvation/folded") {
-    r.status = 503;
     r.content_type = "text/plain; charset=utf-8";
-    r.body = "the starvation collector is not served by this agent yet\n";
+    if (pub->has_folded) {
+      r.body = pub->folded;
+    } else {
+      r.status = 503;
+      r.body = "the starvation collector is off; /api/health says why\n";
+    }
   } else if (path == "/") {
     r.content_type = "text/plain; charset=utf-8";
-    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/anomalies /api/health\n";
+    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/anomalies /api/starvation/folded /api/health\n";
   } else {
     r.status = 404;
     r.content_type = "text/plain; charset=utf-8";
@@ -383,6 +469,46 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
       m.histogram("gpuscope_api_duration_seconds", l, bounds, counts, sum_s);
     }
   }
+  if (in.ioctl) {
+    m.family("gpuscope_ioctl_calls_total", T::counter,
+             "ioctl calls on NVIDIA device nodes by request, exited processes included");
+    m.family("gpuscope_ioctl_errors_total", T::counter, "ioctl calls on NVIDIA device nodes that failed, by request");
+    m.family("gpuscope_ioctl_duration_seconds_total", T::counter,
+             "Time spent in ioctl calls on NVIDIA device nodes, by request");
+    for (auto& [req, t] : ioctl_now_) {
+      m.add("gpuscope_ioctl_calls_total", {{"request", req}}, static_cast<double>(t.calls));
+      m.add("gpuscope_ioctl_errors_total", {{"request", req}}, static_cast<double>(t.errors));
+      m.add("gpuscope_ioctl_duration_seconds_total", {{"request", req}}, static_cast<double>(t.total_ns) / 1e9);
+    }
+    m.family("gpuscope_process_ioctl_calls_total", T::counter, "ioctl calls on NVIDIA device nodes per process");
+    each([&](const Proc& p) {
+      if (p.has_ioctl) m.add("gpuscope_process_ioctl_calls_total", plabels(p), static_cast<double>(p.ioctl_calls));
+    });
+  }
+  if (in.starvation) {
+    m.family("gpuscope_starvation_cpu_seconds_total", T::counter,
+             "On-CPU time of a thread while its process's GPUs sat idle");
+    m.family("gpuscope_comm_starvation_cpu_seconds_total", T::counter,
+             "On-CPU time while the GPUs sat idle, per process name and container, exited threads included");
+    std::map<CommKey, uint64_t> comm = starving_exited_;
+    for (auto& [_, t] : starving_) {
+      m.add("gpuscope_starvation_cpu_seconds_total",
+            {{"pid", std::to_string(t.pid)},
+             {"tid", std::to_string(t.tid)},
+             {"comm", t.comm},
+             {"thread", t.thread},
+             {"container", t.labels.container},
+             {"pod", t.labels.pod},
+             {"namespace", t.labels.ns}},
+            static_cast<double>(t.cpu_ns) / 1e9);
+      comm[{t.comm, t.labels.container, t.labels.pod, t.labels.ns}] += t.cpu_ns;
+    }
+    for (auto& [k, ns] : comm) {
+      auto& [c, ctr, pod, nsp] = k;
+      m.add("gpuscope_comm_starvation_cpu_seconds_total",
+            {{"comm", c}, {"container", ctr}, {"pod", pod}, {"namespace", nsp}}, static_cast<double>(ns) / 1e9);
+    }
+  }
   if (in.devices) add_device_metrics(m, *in.devices, in.hostname, in.bridge_age_s);
   m.family("gpuscope_events_lost_total", T::counter,
            "Events or calls a collector could not record, by collector and reason");
@@ -401,6 +527,8 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
 }
 
 std::string AgentView::render_processes() {
+  std::map<uint32_t, uint64_t> starving;
+  for (auto& [k, t] : starving_) starving[k.first] += t.cpu_ns;
   fmt::memory_buffer b;
   JsonLine j(b);
   j.begin_array("processes");
@@ -416,6 +544,8 @@ std::string AgentView::render_processes() {
       j.num("pinned_bytes", p.mem.pinned_bytes).num("allocs_ok", p.mem.allocs_ok);
       j.num("allocs_failed", p.mem.allocs_failed).num("frees_ok", p.mem.frees_ok).num("bad_frees", p.mem.bad_frees);
     }
+    if (p.has_ioctl) j.num("ioctl_calls", p.ioctl_calls).num("ioctl_errors", p.ioctl_errors);
+    if (auto s = starving.find(p.pid); s != starving.end()) j.num("starving_cpu_ns", s->second);
     j.end_object();
   };
   for (auto& [_, p] : live_) one(p);

@@ -22,9 +22,11 @@
 #include "agent/http.h"
 #include "agent/labels.h"
 #include "agent/prom.h"
+#include "ioctl/ioctl_collector.h"
 #include "kernels/kernels_collector.h"
 #include "latency/latency_collector.h"
 #include "memleak/memleak_collector.h"
+#include "starvation/starvation_collector.h"
 
 namespace gpuscope {
 
@@ -40,6 +42,9 @@ struct AgentInput {
   const MemleakSnapshot* memleak = nullptr;            // null: collector off
   const LatencySnapshot* latency = nullptr;            // null: collector off
   const std::vector<DeviceSample>* devices = nullptr;  // null: bridge off or not readable
+  const IoctlSnapshot* ioctl = nullptr;                // null: collector off
+  unsigned uvm_major = 0;                              // nvidia-uvm's major, for ioctl names
+  const StarvationReport* starvation = nullptr;        // null: collector off
   std::string hostname;
   double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for
@@ -54,6 +59,7 @@ class AgentView {
     unsigned max_kernels_per_process = 50;
     double retain_exited_s = 60;  // drop an exited process's series even if nobody scraped
     std::string pods_dir = "/var/log/pods";
+    size_t max_folded_stacks = 10000;  // /api/starvation/folded; further stacks are counted lost
   };
   explicit AgentView(Config cfg) : cfg_(std::move(cfg)), labels_(cfg_.pods_dir) {}
 
@@ -64,6 +70,8 @@ class AgentView {
   void refresh(const AgentInput& in);
   // Any thread.
   HttpReply serve(const std::string& path);
+  // Folded stacks not kept (max_folded_stacks reached).
+  uint64_t folded_lost() const { return folded_lost_; }
   // Series in the last published /metrics.
   size_t series() const;
   // Seconds the last refresh took to render everything.
@@ -80,6 +88,8 @@ class AgentView {
     std::set<KernelKey> named;  // kernels with their own series (sticky, at most max_kernels)
     bool has_mem = false;
     gs_ml_proc mem{};
+    bool has_ioctl = false;
+    uint64_t ioctl_calls = 0, ioctl_errors = 0;
     bool exited = false;
     std::chrono::steady_clock::time_point exited_at{};
     uint64_t published_seq = 0;  // the first publication that held its final values
@@ -89,6 +99,18 @@ class AgentView {
   using CommKey = std::tuple<std::string, std::string, std::string, std::string>;  // comm, container, pod, ns
   struct CommTotals {
     uint64_t launches = 0, graph_launches = 0, allocations = 0;
+  };
+  struct IoctlTotals {
+    uint64_t calls = 0, errors = 0, total_ns = 0;
+  };
+  // A thread's CPU time while its process's GPUs sat idle, since the agent started.
+  struct StarvingThread {
+    uint32_t pid = 0, tid = 0;
+    std::string comm, thread;
+    ProcLabels labels;
+    uint64_t cpu_ns = 0;
+    uint64_t published_seq = 0;  // once gone: the first publication without further change
+    bool gone = false;
   };
   struct LeakTotals {
     uint64_t bytes = 0, allocations = 0;
@@ -102,13 +124,16 @@ class AgentView {
   struct Published {
     uint64_t seq = 0;
     size_t series = 0;
-    std::string metrics, processes, kernels, leaks, health, anomalies;
+    std::string metrics, processes, kernels, leaks, health, anomalies, folded;
+    bool has_folded = false;
   };
 
   Proc& proc(uint32_t pid, const std::string& comm);
   Proc* gone(uint32_t pid);
   void retire(uint32_t pid);
   void set_kernels(Proc& p, const std::vector<KernelRow>& rows);
+  void take_ioctl(const AgentInput& in);
+  void take_starvation(const StarvationReport& r, uint64_t seq, uint64_t scraped);
   static CommKey comm_key(const Proc& p) { return {p.comm, p.labels.container, p.labels.pod, p.labels.ns}; }
   void choose_named(Proc& p);
   std::string render_metrics(const AgentInput& in, size_t* series);
@@ -124,6 +149,13 @@ class AgentView {
   std::map<CommKey, CommTotals> folded_;
   std::map<std::pair<std::string, std::string>, LeakTotals> leaked_;  // (comm, container)
   std::deque<LeakReport> leak_reports_;
+  std::map<std::string, IoctlTotals> ioctl_exited_;                   // by request name: rows of exited processes
+  std::map<std::string, IoctlTotals> ioctl_now_;                      // by request name: exited plus live
+  std::map<std::pair<uint32_t, uint32_t>, StarvingThread> starving_;  // by (pid, tid)
+  std::map<CommKey, uint64_t> starving_exited_;                       // CPU ns of threads gone
+  Folded stacks_;                                                     // /api/starvation/folded
+  uint64_t folded_lost_ = 0;
+  bool has_folded_ = false;
   uint64_t seq_ = 0;
   double render_s_ = 0;
 

@@ -2,6 +2,11 @@
 #include <signal.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -10,6 +15,7 @@
 
 #include "agent/agent.h"
 #include "agent/http.h"
+#include "bridge/bridge.h"
 #include "core/cli.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
@@ -24,7 +30,7 @@ struct AgentOptions {
   CommonFlags common;
   Scope scope;
   std::string listen = "127.0.0.1:9400";
-  std::string collectors = "kernels,memleak,latency,bridge";
+  std::string collectors = "kernels,memleak,latency,ioctl,starvation,bridge";
   std::string pin_dir = "/sys/fs/bpf";
   std::string nvml = "libnvidia-ml.so.1";
   unsigned max_kernels = 50;
@@ -33,22 +39,23 @@ struct AgentOptions {
   std::string pods_dir = "/var/log/pods";
   AnomalyConfig anomaly;
   double max_cpu_percent = 2;  // 0: governor off
+  uint64_t starvation_min_idle_ms = 1000;
+  unsigned bridge_poll_ms = 100;
+  // Map sizes for an always-on process beside others (the subcommands keep their larger ones):
+  // the agent's BPF maps stay within 20 MB.
+  uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024, max_threads = 4096;
 };
 
-const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "bridge"};
-// Collectors of gpuscope that the agent does not run yet: accepted, reported down.
-const std::vector<std::string> kNotYet = {"ioctl", "starvation"};
+const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "bridge"};
 
 std::vector<std::string> parse_collectors(const std::string& list) {
   std::vector<std::string> out;
   std::stringstream ss(list);
   for (std::string c; std::getline(ss, c, ',');) {
     if (c.empty()) continue;
-    bool known = std::find(kServed.begin(), kServed.end(), c) != kServed.end() ||
-                 std::find(kNotYet.begin(), kNotYet.end(), c) != kNotYet.end();
-    if (!known)
-      throw UsageError("unknown collector '" + c + "' in --collectors; known: kernels, memleak, latency, bridge, " +
-                       "ioctl, starvation");
+    if (std::find(kServed.begin(), kServed.end(), c) == kServed.end())
+      throw UsageError("unknown collector '" + c +
+                       "' in --collectors; known: kernels, memleak, latency, ioctl, starvation, bridge");
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   if (out.empty()) throw UsageError("--collectors must name at least one collector");
@@ -85,6 +92,8 @@ int run_agent(const AgentOptions& o) {
     fprintf(stderr, "gpuscope: agent: collector %s is off: %s\n", n.c_str(), why.c_str());
   };
   UprobeSession session(o.scope, o.common.verbose);
+  // Exec and dlopen notices find new CUDA processes; the full rescan only backs them up.
+  session.set_full_rescan_period(std::chrono::seconds(15));
   std::unique_ptr<KernelsCollector> kernels;
   std::unique_ptr<MemleakCollector> memleak;
   std::unique_ptr<LatencyCollector> latency;
@@ -98,19 +107,72 @@ int run_agent(const AgentOptions& o) {
       down(n, e.what());
     }
   };
-  start("kernels",
-        [&] { kernels = std::make_unique<KernelsCollector>(session, KernelsCollector::Config{o.scope.comm}); });
+  start("kernels", [&] {
+    kernels = std::make_unique<KernelsCollector>(
+        session, KernelsCollector::Config{o.scope.comm, CountLayer::Auto, false, o.max_kernel_rows});
+  });
   start("memleak", [&] {
-    memleak = std::make_unique<MemleakCollector>(session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false});
+    memleak = std::make_unique<MemleakCollector>(
+        session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs});
   });
   start("latency", [&] {
     latency = std::make_unique<LatencyCollector>(session,
                                                  LatencyCollector::Config{select_apis({}, "all"), false, o.scope.comm});
   });
+  std::unique_ptr<IoctlCollector> ioctl;
+  start("ioctl", [&] {
+    ioctl = std::make_unique<IoctlCollector>(
+        IoctlCollector::Config{o.scope.pids, o.scope.comm, false, false, o.max_ioctl_rows});
+  });
+  // Device series: a running bridge's pins, else a bridge run here (before starvation, which
+  // reads the same pins).
   std::unique_ptr<BridgeReader> bridge;
-  if (wanted(names, "bridge")) bridge = std::make_unique<BridgeReader>(o.pin_dir, o.nvml);
-  for (auto& n : names)
-    if (std::find(kNotYet.begin(), kNotYet.end(), n) != kNotYet.end()) down(n, "not yet served by the agent");
+  std::unique_ptr<BridgePublisher> own_bridge;
+  std::string own_bridge_why;
+  if (wanted(names, "bridge")) {
+    bridge = std::make_unique<BridgeReader>(o.pin_dir, o.nvml);
+    bool running = false;
+    try {
+      double age_s = 0;
+      bridge->read(&age_s);
+      running = true;
+    } catch (const std::exception&) {
+    }
+    if (!running) {
+      try {
+        BridgeOptions b;
+        b.nvml = o.nvml;
+        b.pin_dir = o.pin_dir;
+        b.poll_interval_ms = o.bridge_poll_ms;
+        b.verbose = o.common.verbose;
+        own_bridge = std::make_unique<BridgePublisher>(b);
+        fprintf(stderr, "gpuscope: agent: no bridge was publishing under %s; the agent runs one\n", o.pin_dir.c_str());
+      } catch (const std::exception& e) {
+        own_bridge_why = e.what();
+      }
+    }
+  }
+  std::unique_ptr<StarvationCollector> starvation;
+  std::string starvation_note;  // the collector's latest note on the bridge
+  if (wanted(names, "starvation")) {
+    StarvationCollector::Config c;
+    c.pids = o.scope.pids;
+    c.comm = o.scope.comm;
+    c.min_idle_ms = o.starvation_min_idle_ms;
+    c.pin_dir = o.pin_dir;
+    c.fold = true;
+    c.max_stacks = o.max_stacks;
+    c.max_threads = o.max_threads;
+    c.log = [&starvation_note](const std::string& line) {
+      starvation_note = line;
+      fprintf(stderr, "gpuscope: agent: starvation: %s\n", line.c_str());
+    };
+    try {
+      starvation = std::make_unique<StarvationCollector>(std::move(c));
+    } catch (const std::exception& e) {
+      down("starvation", e.what());
+    }
+  }
   if (kernels)
     kernels->on_exit([&](uint32_t pid, const std::vector<KernelRow>& rows) { view.kernels_exited(pid, rows); });
   if (memleak)
@@ -122,7 +184,7 @@ int run_agent(const AgentOptions& o) {
       session_started = true;
     } catch (const std::exception& e) {
       for (auto& s : status)
-        if (s.up) s = {s.name, false, e.what()};
+        if (s.up && (s.name == "kernels" || s.name == "memleak" || s.name == "latency")) s = {s.name, false, e.what()};
       fprintf(stderr, "gpuscope: agent: no uprobes attached: %s\n", e.what());
       kernels.reset();
       memleak.reset();
@@ -151,10 +213,46 @@ int run_agent(const AgentOptions& o) {
                                           });
   }
   auto last_refresh = std::chrono::steady_clock::now();
-  loop.after_wakeup([&] {
-    if (kernels) kernels->tick();
-    if (memleak) memleak->tick();
-  });
+  // Names are learnt four times a second rather than at every wake-up: each learning walks
+  // the whole count map, and the agent's other timers wake it often.
+  if (kernels) loop.every(0.25, [&] { kernels->tick(); });
+  if (memleak) loop.after_wakeup([&] { memleak->tick(); });
+  // The bridge ticks on its own thread: the loop's rescans and refreshes must not make its data
+  // look stale to its readers (starvation calls it stale after 300 ms).
+  std::mutex bridge_mu;
+  std::jthread bridge_thread;
+  if (own_bridge) {
+    pthread_sigmask(SIG_BLOCK, &block, &old);  // signals stay with the loop thread
+    bridge_thread = std::jthread([&](std::stop_token stop) {
+      auto next = std::chrono::steady_clock::now();
+      std::mutex m;
+      std::condition_variable_any cv;
+      while (!stop.stop_requested()) {
+        next += std::chrono::milliseconds(o.bridge_poll_ms);
+        std::unique_lock l(m);
+        cv.wait_until(l, stop, next, [] { return false; });  // woken early only by the stop
+        if (stop.stop_requested()) break;
+        try {
+          if (!own_bridge->tick()) break;  // another bridge took the pins over: it is read instead
+        } catch (const std::exception& e) {
+          std::lock_guard g(bridge_mu);
+          own_bridge_why = e.what();
+          break;
+        }
+      }
+    });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  if (starvation)
+    loop.every(0.05, [&] {
+      try {
+        starvation->tick();
+      } catch (const std::exception& e) {
+        fprintf(stderr, "gpuscope: agent: collector starvation is off: %s\n", e.what());
+        starvation_note = e.what();
+        starvation.reset();
+      }
+    });
   std::string bridge_why = "unread";
   auto refresh = [&] {
     AgentInput in;
@@ -186,6 +284,25 @@ int run_agent(const AgentOptions& o) {
       in.lost[{"latency", "no_thread_state"}] = s.untimed_no_state;
       in.lost[{"latency", "histogram_map_full"}] = s.uncounted_hist_full;
     }
+    IoctlSnapshot io;
+    if (ioctl) {
+      io = ioctl->snapshot();
+      in.ioctl = &io;
+      in.uvm_major = ioctl->uvm_major();
+      auto s = ioctl->stats();
+      in.lost[{"ioctl", "state_map_full"}] = s.state_full;
+      in.lost[{"ioctl", "counter_map_full"}] = s.map_full;
+    }
+    StarvationReport sr;
+    if (starvation) {
+      sr = starvation->collect();
+      in.starvation = &sr;
+      auto s = starvation->stats();
+      in.lost[{"starvation", "thread_map_full"}] = s.lost_threads;
+      in.lost[{"starvation", "sample_map_full"}] = s.lost_samples;
+      in.lost[{"starvation", "stack_map_full"}] = s.lost_stacks;
+      in.lost[{"starvation", "folded_stacks_full"}] = view.folded_lost();
+    }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
     {
       std::vector<AnomalyRules::ProcMem> pm;
@@ -213,6 +330,15 @@ int run_agent(const AgentOptions& o) {
       in.governor = governor.get();
     }
     in.collectors = status;
+    if (wanted(names, "starvation") && (starvation || !starvation_note.empty())) {
+      // Loaded, it is up only while a bridge publishes fresh data: its verdicts need it.
+      std::string state = starvation ? starvation->bridge_state() : "off";
+      std::erase_if(in.collectors, [](auto& c) { return c.name == "starvation"; });
+      if (state == "fresh")
+        in.collectors.push_back({"starvation", true, ""});
+      else
+        in.collectors.push_back({"starvation", false, starvation_note});
+    }
     std::vector<DeviceSample> devs;
     if (bridge) {
       // Read from a running bridge's pins each refresh: it may start or stop while the agent runs.
@@ -223,7 +349,9 @@ int run_agent(const AgentOptions& o) {
         in.hostname = bridge->hostname();
       } catch (const std::exception& e) {
         b = {"bridge", false, e.what()};
-        if (bridge_why != b.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", e.what());
+        std::lock_guard g(bridge_mu);
+        if (!own_bridge_why.empty()) b.why += "; no bridge could run in the agent: " + own_bridge_why;
+        if (bridge_why != b.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", b.why.c_str());
       }
       bridge_why = b.why;
       in.collectors.push_back(b);
@@ -239,6 +367,9 @@ int run_agent(const AgentOptions& o) {
   std::string up;
   for (auto& s : status)
     if (s.up) up += (up.empty() ? "" : ",") + s.name;
+  // Loaded; up while a bridge publishes (/api/health).
+  if (starvation) up += std::string(up.empty() ? "" : ",") + "starvation";
+  if (own_bridge) up += std::string(up.empty() ? "" : ",") + "bridge (in the agent)";
   if (o.common.json) {
     fmt::memory_buffer b;
     JsonLine(b)
@@ -256,10 +387,16 @@ int run_agent(const AgentOptions& o) {
           "end.\n",
           o.listen.c_str(), http->port(), up.empty() ? "none" : up.c_str(), st.probes, st.objects);
   loop.run();
+  if (bridge_thread.joinable()) {
+    bridge_thread.request_stop();
+    bridge_thread.join();
+  }
   session.detach();
   if (kernels) kernels->drain();
   if (memleak) memleak->drain();
+  if (ioctl) ioctl->detach();
   refresh();
+  if (starvation) starvation->stop();
   http.reset();
   if (o.common.json) {
     fmt::memory_buffer b;
@@ -277,7 +414,8 @@ void register_agent(CLI::App& app) {
   add_common_flags(cmd, o->common);
   add_scope_flags(cmd, o->scope);
   cmd->add_option("--listen", o->listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)");
-  cmd->add_option("--collectors", o->collectors, "Comma-separated collectors (default kernels,memleak,latency,bridge)");
+  cmd->add_option("--collectors", o->collectors,
+                  "Comma-separated collectors (default kernels,memleak,latency,ioctl,starvation,bridge)");
   add_number(cmd, "--max-kernels-per-process", o->max_kernels,
              "Kernel series per process; the rest are summed in kernel=\"other\" (default 50)", "kernels", 1, 100000);
   add_number(cmd, "--interval", o->interval_s, "Refresh what is served every SECONDS (default 1)", "seconds", 0.05,
@@ -286,7 +424,11 @@ void register_agent(CLI::App& app) {
              "Drop an exited process's series after SECONDS even if no scrape saw them (default 60)", "seconds", 0,
              86400);
   cmd->add_option("--bridge-pin-dir", o->pin_dir,
-                  "Where a running gpuscope bridge pins its maps (default /sys/fs/bpf)");
+                  "Where a gpuscope bridge pins its maps; with none publishing there, the agent runs one (default "
+                  "/sys/fs/bpf)");
+  add_number(cmd, "--bridge-poll-interval-ms", o->bridge_poll_ms,
+             "NVML poll interval of the bridge the agent runs when none is running (default 100)", "milliseconds", 10,
+             60000);
   cmd->add_option("--nvml", o->nvml, "NVML library, for the GPUs' UUID and model name (default libnvidia-ml.so.1)");
   cmd->add_option("--pods-dir", o->pods_dir, "The kubelet's pod log directory, for pod and namespace names");
   add_number(cmd, "--alloc-alert-bytes", o->anomaly.alloc_alert_bytes,
@@ -299,6 +441,9 @@ void register_agent(CLI::App& app) {
   add_number(cmd, "--max-cpu-percent", o->max_cpu_percent,
              "Governor: the agent's CPU limit in percent of one core; past it the agent does less (default 2, 0: off)",
              "percent", 0, 10000);
+  add_number(cmd, "--starvation-min-idle-ms", o->starvation_min_idle_ms,
+             "GPU idle this long before a thread's CPU time counts as starving (default 1000)", "milliseconds", 1,
+             86400000);
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope agent                                  # every process, http://127.0.0.1:9400/metrics\n"

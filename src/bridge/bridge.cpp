@@ -100,21 +100,25 @@ struct DeviceState {
   uint64_t pcie_tx_kbps = 0, pcie_rx_kbps = 0;
 };
 
+}  // namespace
+
 class Bridge {
  public:
-  explicit Bridge(const BridgeOptions& o) : o_(o), dir_(o.pin_dir) {}
+  explicit Bridge(BridgeOptions o) : o_(std::move(o)), dir_(o_.pin_dir) {}
   int run();
+  void start();
+  bool tick();
+  size_t devices() const { return nvml_ ? nvml_->devices().size() : 0; }
 
  private:
   void refuse_if_held();
   void open_maps();
   void clear_hash(int fd);
-  bool tick();
   void read_device(unsigned i, gpu_device_metrics& m, bool* from_sample);
   void read_process_utilization(unsigned i);
   std::string path(int map) const { return dir_ + "/" + kPins[map]; }
 
-  const BridgeOptions& o_;
+  BridgeOptions o_;
   std::string dir_;
   std::unique_ptr<nvml::Library> nvml_;
   PinsSkel skel_{nullptr, bridge_pins_bpf__destroy};
@@ -466,6 +470,27 @@ int Bridge::run() {
   if (o_.poll_interval_ms == 0) throw UsageError("--poll-interval-ms must be at least 1");
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
+  start();
+  StopControl stop(o_.duration_s);
+  timespec next;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  bool ok = true;
+  while (ok && !stop.should_stop()) {
+    uint64_t ns = next.tv_nsec + o_.poll_interval_ms * 1000000ull;
+    next.tv_sec += static_cast<time_t>(ns / 1000000000ull);
+    next.tv_nsec = static_cast<long>(ns % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR && !stop.should_stop()) {
+    }
+    if (stop.should_stop()) break;
+    ok = tick();
+  }
+  // Pins stay: consumers see last_update_boottime_ns stop moving and give no verdicts.
+  fprintf(stderr, "gpuscope: bridge stopped after %llu ticks; pins kept under %s, data now stale\n",
+          static_cast<unsigned long long>(ticks_), dir_.c_str());
+  return ok ? 0 : 1;
+}
+
+void Bridge::start() {
   check_pin_dir(dir_, true);
   nvml_ = std::make_unique<nvml::Library>(o_.nvml);
   if (nvml_->devices().empty()) throw UsageError("NVML reports no GPU devices");
@@ -497,27 +522,12 @@ int Bridge::run() {
       fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", kPins[i], info.id, info.btf_id,
               reused_[i] ? "reused" : "created");
     }
-
-  StopControl stop(o_.duration_s);
-  timespec next;
-  clock_gettime(CLOCK_MONOTONIC, &next);
-  bool ok = true;
-  while (ok && !stop.should_stop()) {
-    uint64_t ns = next.tv_nsec + o_.poll_interval_ms * 1000000ull;
-    next.tv_sec += static_cast<time_t>(ns / 1000000000ull);
-    next.tv_nsec = static_cast<long>(ns % 1000000000ull);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR && !stop.should_stop()) {
-    }
-    if (stop.should_stop()) break;
-    ok = tick();
-  }
-  // Pins stay: consumers see last_update_boottime_ns stop moving and give no verdicts.
-  fprintf(stderr, "gpuscope: bridge stopped after %llu ticks; pins kept under %s, data now stale\n",
-          static_cast<unsigned long long>(ticks_), dir_.c_str());
-  return ok ? 0 : 1;
 }
 
-}  // namespace
+BridgePublisher::BridgePublisher(const BridgeOptions& o) : impl_(std::make_unique<Bridge>(o)) { impl_->start(); }
+BridgePublisher::~BridgePublisher() = default;
+bool BridgePublisher::tick() { return impl_->tick(); }
+size_t BridgePublisher::devices() const { return impl_->devices(); }
 
 int run_bridge(const BridgeOptions& opts) { return Bridge(opts).run(); }
 

@@ -1,4 +1,6 @@
 #pragma once
+#include <cstddef>
+#include <memory>
 #include <string>
 
 namespace gpuscope {
@@ -14,5 +16,21 @@ struct BridgeOptions {
 };
 
 int run_bridge(const BridgeOptions& opts);
+
+class Bridge;
+
+// The bridge inside another process (the agent): takes the pins as `gpuscope bridge` does
+// (refusing while a live bridge holds them) and publishes one tick per tick() call.
+class BridgePublisher {
+ public:
+  explicit BridgePublisher(const BridgeOptions& o);
+  ~BridgePublisher();
+  // False when another bridge took the pins over.
+  bool tick();
+  size_t devices() const;
+
+ private:
+  std::unique_ptr<Bridge> impl_;
+};
 
 }  // namespace gpuscope

@@ -258,7 +258,7 @@ void UprobeSession::refresh() {
   if (now < next_full_) return;
   const bool fast = !scope_.pids.empty() || !event_driven_;
   bool first = next_full_ == EventLoop::Clock::time_point{};
-  next_full_ = now + (fast ? std::chrono::milliseconds(400) : std::chrono::milliseconds(5000));
+  next_full_ = now + (fast ? std::chrono::milliseconds(400) : full_period_);
   if (!first) rescan(nullptr);
 }
 

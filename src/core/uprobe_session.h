@@ -72,6 +72,9 @@ class UprobeSession {
   // Rescans on exec/dlopen notices as they arrive, all processes every few seconds, and stops
   // the loop once every -p pid has gone (unless !stop_when_gone: the agent keeps serving).
   void watch(EventLoop& loop, bool stop_when_gone = true);
+  // With exec and dlopen hooks, how often every process is rescanned anyway (default 5 s): an
+  // always-on process may rescan less often.
+  void set_full_rescan_period(std::chrono::milliseconds p) { full_period_ = p; }
   // Takes the notices and rescans now (watch() does this on every wake-up).
   void refresh();
   bool targets_alive() const;
@@ -108,6 +111,7 @@ class UprobeSession {
   SessionStats stats_;
   bool event_driven_ = false;
   EventLoop::Clock::time_point next_full_{};
+  std::chrono::milliseconds full_period_{5000};
 };
 
 // Opens and loads a skeleton (open, load: its generated functions) with its uprobe programs as

@@ -14,18 +14,14 @@
 #include "core/clock.h"
 #include "core/output.h"
 #include "core/system.h"
-#include "ioctl.skel.h"
 #include "ioctl/decode.h"
 #include "ioctl/ioctl.h"
 #include "ioctl/ioctl_cmd.h"
+#include "ioctl/ioctl_collector.h"
 
 namespace gpuscope {
 
 namespace {
-
-struct SkelDeleter {
-  void operator()(ioctl_bpf* s) const { ioctl_bpf__destroy(s); }
-};
 
 unsigned kmajor(uint32_t rdev) { return rdev >> GS_KDEV_MINORBITS; }
 unsigned kminor(uint32_t rdev) { return rdev & ((1u << GS_KDEV_MINORBITS) - 1); }
@@ -41,18 +37,14 @@ class IoctlCounter {
   int run();
 
  private:
-  void open_and_load();
   void print(bool final);
   void on_event(const void* data, size_t size);
   std::string dev_str(uint32_t rdev) const { return fmt::format("{}:{}", kmajor(rdev), kminor(rdev)); }
 
   const IoctlOptions& o_;
-  std::unique_ptr<ioctl_bpf, SkelDeleter> skel_;
-  std::vector<Link> links_;
+  std::unique_ptr<IoctlCollector> c_;
   Writer out_;
   unsigned uvm_major_ = 0;
-  bool raw_ = false;
-  std::string why_raw_;
   std::map<gs_ioctl_key, gs_ioctl_val, bool (*)(const gs_ioctl_key&, const gs_ioctl_key&)> prev_{
       [](const gs_ioctl_key& a, const gs_ioctl_key& b) {
         return std::tie(a.pid, a.rdev, a.request) < std::tie(b.pid, b.rdev, b.request);
@@ -61,48 +53,6 @@ class IoctlCounter {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> prev_opens_;
   int64_t realtime_offset_ = realtime_minus_boottime_ns();
 };
-
-void IoctlCounter::open_and_load() {
-  raw_ = o_.raw_syscalls;
-  if (!raw_ && !ensure_tracefs(&why_raw_)) raw_ = true;
-  if (o_.raw_syscalls) why_raw_ = "--raw-syscalls";
-  skel_.reset(ioctl_bpf__open());
-  if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  skel_->rodata->uvm_major = uvm_major_;
-  skel_->rodata->emit_events = o_.events;
-  skel_->rodata->filter_pids = !o_.pids.empty();
-  set_comm_filter(skel_->rodata, o_.comm);
-  // tp/sys_exit_ioctl rather than raw_tp/sys_exit: the latter would tax every syscall on the
-  // host (about +100 ns each, measured), the former only ioctls.
-  for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter,
-                         skel_->progs.gs_openat_exit, skel_->progs.gs_openat2_exit})
-    bpf_program__set_autoload(p, !raw_);
-  for (bpf_program* p : {skel_->progs.gs_raw_enter, skel_->progs.gs_raw_exit}) bpf_program__set_autoload(p, raw_);
-  if (!o_.events) bpf_map__set_max_entries(skel_->maps.events, 4096);
-  if (int err = ioctl_bpf__load(skel_.get()))
-    throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) + " (try 'gpuscope doctor')");
-  for (pid_t pid : o_.pids) {
-    uint32_t k = pid;
-    uint8_t one = 1;
-    bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &k, &one, BPF_ANY);
-  }
-  // Exits first: an enter without its exit program would leave calls in flight.
-  std::vector<bpf_program*> order =
-      raw_ ? std::vector<bpf_program*>{skel_->progs.gs_raw_exit, skel_->progs.gs_raw_enter}
-           : std::vector<bpf_program*>{skel_->progs.gs_ioctl_exit, skel_->progs.gs_ioctl_enter,
-                                       skel_->progs.gs_mmap_enter, skel_->progs.gs_openat_exit,
-                                       skel_->progs.gs_openat2_exit};
-  for (bpf_program* p : order) {
-    bpf_link* l = bpf_program__attach(p);
-    if (!l && p == skel_->progs.gs_openat2_exit) continue;  // kernels before 5.6 have no openat2
-    if (!l) {
-      int err = errno;
-      destroy_links(links_);
-      throw UsageError(std::string("cannot attach ") + bpf_program__section_name(p) + ": " + strerror(err));
-    }
-    links_.emplace_back(l);
-  }
-}
 
 void IoctlCounter::on_event(const void* data, size_t size) {
   if (size < sizeof(gs_ioctl_event)) return;
@@ -126,49 +76,47 @@ void IoctlCounter::on_event(const void* data, size_t size) {
 
 void IoctlCounter::print(bool final) {
   auto it = std::back_inserter(out_.buf());
-  int fd = bpf_map__fd(skel_->maps.ioctls);
+  IoctlSnapshot snap = c_->snapshot();
   std::vector<std::pair<gs_ioctl_key, gs_ioctl_val>> rows;
-  for_each_entry<gs_ioctl_key, gs_ioctl_val>(fd, [&](const gs_ioctl_key& key, const gs_ioctl_val& v) {
+  for (auto& [key, v, exited] : snap.ioctls) {
     gs_ioctl_val d = v;
     if (auto p = prev_.find(key); p != prev_.end()) {
       d.count -= p->second.count;
       d.errors -= p->second.errors;
       d.total_ns -= p->second.total_ns;
     }
-    prev_[key] = v;
+    if (exited)
+      prev_.erase(key);
+    else
+      prev_[key] = v;
     if (d.count) rows.push_back({key, d});
-  });
-  // The maximum is per report: reset it where it was read.
-  for (auto& [k, v] : rows) {
-    gs_ioctl_val cur_v{};
-    if (bpf_map_lookup_elem(fd, &k, &cur_v) == 0) {
-      cur_v.max_ns = 0;
-      bpf_map_update_elem(fd, &k, &cur_v, BPF_EXIST);
-    }
   }
+  std::vector<gs_ioctl_key> read;
+  for (auto& [k, v] : rows) read.push_back(k);
+  c_->reset_max(read);
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) {
     return std::tie(a.first.pid, b.second.count, a.first.rdev, a.first.request) <
            std::tie(b.first.pid, a.second.count, b.first.rdev, b.first.request);
   });
   std::vector<std::pair<gs_mmap_key, gs_mmap_val>> maps;
-  int mfd = bpf_map__fd(skel_->maps.mmaps);
-  for_each_entry<gs_mmap_key, gs_mmap_val>(mfd, [&](const gs_mmap_key& mk, const gs_mmap_val& v) {
+  for (auto& [mk, v, exited] : snap.mmaps) {
     auto& p = prev_mmap_[{mk.pid, mk.rdev}];
     gs_mmap_val d = v;
     d.count -= p.count;
     d.bytes -= p.bytes;
     p = v;
+    if (exited) prev_mmap_.erase({mk.pid, mk.rdev});
     if (d.count) maps.push_back({mk, d});
-  });
+  }
   std::vector<std::pair<gs_open_key, gs_open_val>> opens;
-  for_each_entry<gs_open_key, gs_open_val>(bpf_map__fd(skel_->maps.opens),
-                                           [&](const gs_open_key& k, const gs_open_val& v) {
-                                             auto& p = prev_opens_[{k.pid, k.rdev}];
-                                             gs_open_val d = v;
-                                             d.count -= p;
-                                             p = v.count;
-                                             if (d.count) opens.push_back({k, d});
-                                           });
+  for (auto& [k, v, exited] : snap.opens) {
+    auto& p = prev_opens_[{k.pid, k.rdev}];
+    gs_open_val d = v;
+    d.count -= p;
+    p = v.count;
+    if (exited) prev_opens_.erase({k.pid, k.rdev});
+    if (d.count) opens.push_back({k, d});
+  }
   std::sort(opens.begin(), opens.end(),
             [](auto& a, auto& b) { return std::tie(a.first.pid, a.first.rdev) < std::tie(b.first.pid, b.first.rdev); });
   if (o_.json) {
@@ -228,9 +176,8 @@ void IoctlCounter::print(bool final) {
     fmt::format_to(it, "\n");
   }
   if (final) {
-    int dfd = bpf_map__fd(skel_->maps.drops);
-    uint64_t st = percpu_sum(dfd, GS_IOCTL_DROP_STATE_FULL), mf = percpu_sum(dfd, GS_IOCTL_DROP_MAP_FULL),
-             rb = percpu_sum(dfd, GS_IOCTL_DROP_RINGBUF);
+    IoctlStats s = c_->stats();
+    uint64_t st = s.state_full, mf = s.map_full, rb = s.ringbuf;
     if (st || mf || rb)
       fprintf(stderr, "gpuscope: not counted: %llu (state map full), %llu (counter map full); %llu events lost\n",
               (unsigned long long)st, (unsigned long long)mf, (unsigned long long)rb);
@@ -242,17 +189,18 @@ int IoctlCounter::run() {
   for (pid_t pid : o_.pids)
     if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
   require_bpf_privileges();
-  uvm_major_ = parse_uvm_major(read_file_opt("/proc/devices").value_or(""));
   set_libbpf_verbose(o_.verbose);
-  open_and_load();
+  c_ = std::make_unique<IoctlCollector>(IoctlCollector::Config{o_.pids, o_.comm, o_.events, o_.raw_syscalls});
+  uvm_major_ = c_->uvm_major();
+  bool raw = c_->raw();
+  std::string why_raw = c_->why_raw();
   std::unique_ptr<RingBuffer> rb;
   if (o_.events)
-    rb = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events),
-                                      [this](const void* d, size_t n) { on_event(d, n); });
+    rb = std::make_unique<RingBuffer>(c_->events_fd(), [this](const void* d, size_t n) { on_event(d, n); });
   StopControl stop(o_.duration_s);
   fprintf(stderr, "gpuscope: counting ioctl/mmap on NVIDIA devices (major 195%s) via %s%s. Ctrl-C to end.\n",
           uvm_major_ ? fmt::format(", nvidia-uvm {}", uvm_major_).c_str() : "; no nvidia-uvm in /proc/devices",
-          raw_ ? "raw_tp sys_enter/sys_exit" : "syscalls tracepoints", raw_ ? (" (" + why_raw_ + ")").c_str() : "");
+          raw ? "raw_tp sys_enter/sys_exit" : "syscalls tracepoints", raw ? (" (" + why_raw + ")").c_str() : "");
   using clock = std::chrono::steady_clock;
   auto period = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
   auto next_print = clock::now() + period;
@@ -272,7 +220,7 @@ int IoctlCounter::run() {
       if (!alive) break;
     }
   }
-  destroy_links(links_);
+  c_->detach();
   if (rb) rb->drain();
   print(true);
   return 0;

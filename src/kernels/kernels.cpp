@@ -129,6 +129,7 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
   bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
     set_comm_filter(skel->rodata, cfg_.comm);
     skel->rodata->driver_only = driver_only_;
+    if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
     auto& p = skel->progs;
     return std::vector<bpf_program*>{p.gs_k_cuda_launch,    p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,
                                      p.gs_k_cuda_host_func, p.gs_k_cu_launch,      p.gs_k_cu_launch_ex,

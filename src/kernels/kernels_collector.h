@@ -52,6 +52,7 @@ class KernelsCollector {
     CountLayer layer = CountLayer::Auto;
     // Only the naming calls are probed (trace names its launches): nothing is counted.
     bool naming_only = false;
+    uint32_t max_rows = 0;  // (pid, kernel) counters; 0: GS_K_MAX_ROWS
   };
   struct Stats {
     uint64_t rows_full = 0;  // launches not counted: row map full

@@ -50,7 +50,15 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     set_comm_filter(ro, cfg_.comm);
     ro->capture_stacks = cfg_.stacks;
     ro->py_walk = cfg_.stacks && cfg_.py_frames;
-    if (cfg_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, GS_ML_MAX_ALLOCS);
+    if (!ro->py_walk) {
+      // The walk's maps are never touched without it.
+      bpf_map__set_max_entries(skel->maps.gs_py_procs, 1);
+      bpf_map__set_max_entries(skel->maps.gs_py_tstates, 1);
+      bpf_map__set_max_entries(skel->maps.gs_py_stacks, 1);
+    }
+    uint32_t allocs = cfg_.max_allocs ? cfg_.max_allocs : GS_ML_MAX_ALLOCS;
+    bpf_map__set_max_entries(skel->maps.ml_allocs, allocs);
+    if (cfg_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, allocs);
     return std::vector<bpf_program*>{skel->progs.ml_enter, skel->progs.ml_exit};
   });
   bool exits = true;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <thread>
+#include <cstdarg>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +30,7 @@
 #include "starvation.skel.h"
 #include "starvation/flamegraph.h"
 #include "starvation/starvation.h"
-#include "starvation/starvation_cmd.h"
+#include "starvation/starvation_collector.h"
 
 namespace gpuscope {
 
@@ -99,10 +100,19 @@ std::string container_of(pid_t pid) {
 
 std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
+}  // namespace
+
 class Starvation {
  public:
-  explicit Starvation(const StarvationOptions& o) : o_(o), dir_(o.pin_dir), period_ns_(1000000000ull / o.sample_hz) {}
-  int run();
+  using Options = StarvationCollector::Config;
+  explicit Starvation(Options o) : o_(std::move(o)), dir_(o_.pin_dir), period_ns_(1000000000ull / o_.sample_hz) {}
+  void start();
+  void tick();
+  StarvationReport collect();
+  StarvationStats stats() const;
+  void stop() { unload(); }
+  uint64_t period_ns() const { return period_ns_; }
+  Bridge state() const { return state_; }
 
  private:
   Pins open_pins() const;
@@ -114,14 +124,15 @@ class Starvation {
   void watch_bridge();
   void refresh_tgids();
   void say(const BridgeView& v);
-  void report();
+  StarvationReport report();
+  void note(const char* f, ...) __attribute__((format(printf, 2, 3)));
   const std::vector<std::string>& ustack(uint32_t pid, int id, uint64_t py_hash);
   const std::vector<std::string>& kstack(int id);
   std::vector<std::string> folded_frames(const gs_s_sample_key& k, const std::string& comm, const std::string& thread);
   bool wanted(uint32_t pid, const std::string& comm) const;
-  void prune(const std::set<uint32_t>& seen_tids);
+  std::vector<std::pair<uint32_t, uint32_t>> prune(const std::set<uint32_t>& seen_tids);
 
-  const StarvationOptions& o_;
+  Options o_;
   std::string dir_;
   uint64_t period_ns_;
   bool stacks_ = false;  // rows carry stacks
@@ -152,13 +163,24 @@ class Starvation {
   std::map<int, std::vector<std::string>> kstacks_;
   std::unordered_map<uint32_t, std::string> containers_;
   Symbolizer sym_;
-  Folded folded_;
-  uint64_t folded_samples_ = 0;
-  uint64_t rows_ = 0;
   ProcessNames names_;
-  bool header_done_ = false;
-  Writer out_;
+  StarvationReport pending_;  // collected before a reload, handed out by the next collect
+  using clock = std::chrono::steady_clock;
+  clock::time_point next_watch_, next_tgids_, next_py_recheck_;
 };
+
+void Starvation::note(const char* f, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  if (size_t n = strlen(buf); n && buf[n - 1] == '\n') buf[n - 1] = 0;
+  if (o_.log)
+    o_.log(buf);
+  else
+    fprintf(stderr, "gpuscope: %s\n", buf);
+}
 
 Pins Starvation::open_pins() const {
   Pins p;
@@ -208,9 +230,18 @@ void Starvation::load(Pins pins) {
   ro->stale_ns = o_.stale_threshold_ms * 1000000ull;
   ro->switch_ustack = o_.collect_ustack;
   ro->switch_kstack = o_.collect_kstack;
-  ro->sample_ustack = o_.collect_ustack || !o_.folded.empty() || !o_.svg.empty();
+  ro->sample_ustack = o_.collect_ustack || o_.fold;
   ro->sample_kstack = o_.collect_kstack;
   ro->py_walk = ro->sample_ustack && !o_.no_py_frames;
+  if (o_.max_threads) {
+    bpf_map__set_max_entries(skel_->maps.threads, o_.max_threads);
+    bpf_map__set_max_entries(skel_->maps.samples, o_.max_threads);
+    bpf_map__set_max_entries(skel_->maps.gs_py_tstates, o_.max_threads);
+  }
+  if (o_.max_stacks) {
+    bpf_map__set_max_entries(skel_->maps.stacks, o_.max_stacks);
+    bpf_map__set_max_entries(skel_->maps.gs_py_stacks, o_.max_stacks);
+  }
   if (pins.ok) {
     bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
     for (int i = 0; i < 4; i++)
@@ -230,7 +261,7 @@ void Starvation::load(Pins pins) {
     py_ = std::make_unique<PyStacks>(
         PyStacks::Maps{bpf_map__fd(m.gs_py_procs), bpf_map__fd(m.gs_py_tstates), bpf_map__fd(m.gs_py_stacks),
                        bpf_map__fd(m.gs_py_counters), bpf_map__fd(m.gs_py_events)},
-        [](const std::string& line) { fprintf(stderr, "gpuscope: %s\n", line.c_str()); });
+        [this](const std::string& line) { note("%s", line.c_str()); });
   }
   refresh_tgids();
   bpf_link* l = bpf_program__attach(skel_->progs.gs_s_switch);
@@ -241,10 +272,10 @@ void Starvation::load(Pins pins) {
     if (bpf_link* pl = bpf_program__attach(skel_->progs.gs_py_exec))
       links_.emplace_back(pl);
     else
-      fprintf(stderr,
-              "gpuscope: cannot attach tp_btf/sched_process_exec (%s): a Python process that execs keeps "
-              "its old interpreter layout until it exits\n",
-              strerror(errno));
+      note(
+          "cannot attach tp_btf/sched_process_exec (%s): a Python process that execs keeps "
+          "its old interpreter layout until it exits\n",
+          strerror(errno));
   }
   pins_ = std::move(pins);
   snaps_.clear();
@@ -284,10 +315,10 @@ void Starvation::attach_samplers() {
     attached++;
   }
   if (!attached)
-    fprintf(stderr,
-            "gpuscope: no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
-            "it does, and there are no sampled stacks\n",
-            why.c_str());
+    note(
+        "no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
+        "it does, and there are no sampled stacks\n",
+        why.c_str());
 }
 
 // The BPF side skips the hash lookup for a tgid whose bit is clear; the bridge's list changes
@@ -311,21 +342,21 @@ void Starvation::refresh_tgids() {
 void Starvation::say(const BridgeView& v) {
   switch (v.state) {
     case Bridge::None:
-      fprintf(stderr,
-              "gpuscope: no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
-              "a bridge publishes\n",
-              dir_.c_str());
+      note(
+          "no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
+          "a bridge publishes\n",
+          dir_.c_str());
       break;
     case Bridge::Stale:
-      fprintf(stderr,
-              "gpuscope: bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
-              "until a bridge publishes again\n",
-              dir_.c_str(), static_cast<unsigned long long>(v.age_ms), v.meta.helper_pid,
-              process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
+      note(
+          "bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
+          "until a bridge publishes again\n",
+          dir_.c_str(), static_cast<unsigned long long>(v.age_ms), v.meta.helper_pid,
+          process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
       break;
     case Bridge::Fresh:
-      fprintf(stderr, "gpuscope: bridge pid %u publishing under %s every %u ms; verdicts on\n", v.meta.helper_pid,
-              dir_.c_str(), v.meta.poll_interval_ms);
+      note("bridge pid %u publishing under %s every %u ms; verdicts on\n", v.meta.helper_pid, dir_.c_str(),
+           v.meta.poll_interval_ms);
       break;
   }
 }
@@ -337,9 +368,13 @@ void Starvation::watch_bridge() {
   if (now.ok && !now.same(pins_)) {
     BridgeView v = view(now);
     if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
-    report();
+    StarvationReport last = report();
+    for (auto& r : last.rows) pending_.rows.push_back(std::move(r));
+    for (auto& [k, w] : last.folded) pending_.folded[k] += w;
+    pending_.folded_samples += last.folded_samples;
+    pending_.gone.insert(pending_.gone.end(), last.gone.begin(), last.gone.end());
     unload();
-    fprintf(stderr, "gpuscope: bridge maps under %s changed; reattached\n", dir_.c_str());
+    note("bridge maps under %s changed; reattached\n", dir_.c_str());
     load(std::move(now));
     state_ = v.state;
     say(v);
@@ -349,10 +384,10 @@ void Starvation::watch_bridge() {
   if (v.state == state_) return;
   if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
   if (v.state == Bridge::Stale && state_ == Bridge::Fresh)
-    fprintf(stderr,
-            "gpuscope: bridge data under %s went stale (no update for %llu ms); no verdicts until it "
-            "resumes\n",
-            dir_.c_str(), static_cast<unsigned long long>(v.age_ms));
+    note(
+        "bridge data under %s went stale (no update for %llu ms); no verdicts until it "
+        "resumes\n",
+        dir_.c_str(), static_cast<unsigned long long>(v.age_ms));
   else
     say(v);
   state_ = v.state;
@@ -407,8 +442,9 @@ std::vector<std::string> Starvation::folded_frames(const gs_s_sample_key& k, con
   return f;
 }
 
-void Starvation::report() {
-  if (!skel_) return;
+StarvationReport Starvation::report() {
+  StarvationReport out;
+  if (!skel_) return out;
   int tfd = bpf_map__fd(skel_->maps.threads);
   struct Row {
     gs_s_thread st;
@@ -437,7 +473,7 @@ void Starvation::report() {
   if (skel_->rodata->sample_ustack || skel_->rodata->sample_kstack) {
     int sfd = bpf_map__fd(skel_->maps.samples);
     gs_s_sample_key sk{}, snext{};
-    bool want_folded = !o_.folded.empty() || !o_.svg.empty();
+    bool want_folded = o_.fold;
     for (void* prev = nullptr; bpf_map_get_next_key(sfd, prev, &snext) == 0; prev = &sk) {
       sk = snext;
       uint64_t n = 0;
@@ -455,64 +491,36 @@ void Starvation::report() {
       if (d > b.second) b = {sk, d};
       if (want_folded) {
         std::string thread = cstr(st.thread, sizeof st.thread);
-        folded_[fold(folded_frames(sk, comm, thread))] += d * period_ns_;
-        folded_samples_ += d;
+        out.folded[fold(folded_frames(sk, comm, thread))] += d * period_ns_;
+        out.folded_samples += d;
       }
     }
   }
 
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.cpu > b.cpu; });
-  static const Table table({{"COMM", -16},
-                            {"PID", 7},
-                            {"TID", 7},
-                            {"CPU_TIME_NS", 14},
-                            {"IDLE_NS", 14},
-                            {"HIT_COUNT", 9},
-                            {"CONTAINER", 0}});
-  auto& buf = out_.buf();
-  if (!o_.json && !header_done_ && !rows.empty()) {
-    table.header(buf);
-    header_done_ = true;
-  }
   for (auto& r : rows) {
     uint32_t pid = r.st.pid, tid = r.st.tid;
-    std::string thread = cstr(r.st.thread, sizeof r.st.thread);
-    std::string comm = cstr(r.st.comm, sizeof r.st.comm);
     auto c = containers_.find(pid);
     if (c == containers_.end()) c = containers_.emplace(pid, container_of(static_cast<pid_t>(pid))).first;
-    std::vector<std::string> us, ks;
+    StarvationRow row{
+        pid,    tid,         cstr(r.st.comm, sizeof r.st.comm), cstr(r.st.thread, sizeof r.st.thread), c->second, r.cpu,
+        r.hits, r.st.idle_ns};
     if (stacks_) {
       int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
       uint64_t py_hash = 0;
       if (auto b = busiest.find(tid); b != busiest.end())
         uid = b->second.first.ustack_id, kid = b->second.first.kstack_id, py_hash = b->second.first.py_hash;
-      if (o_.collect_ustack) us = ustack(pid, uid, py_hash);
-      if (o_.collect_kstack) ks = kstack(kid);
+      if (o_.collect_ustack) row.ustack = ustack(pid, uid, py_hash);
+      if (o_.collect_kstack) row.kstack = kstack(kid);
     }
-    rows_++;
-    if (o_.json) {
-      nlohmann::ordered_json j{{"type", "starvation"}, {"pid", pid},
-                               {"tid", tid},           {"comm", comm},
-                               {"thread", thread},     {"container", c->second},
-                               {"cpu_time_ns", r.cpu}, {"idle_ns", r.st.idle_ns},
-                               {"hit_count", r.hits},  {"ustack", us},
-                               {"kstack", ks}};
-      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      buf.append(line);
-      buf.push_back('\n');
-    } else {
-      table.row(buf, {comm, std::to_string(pid), std::to_string(tid), std::to_string(r.cpu),
-                      std::to_string(r.st.idle_ns), std::to_string(r.hits), c->second.empty() ? "-" : c->second});
-      for (auto& f : us) fmt::format_to(std::back_inserter(buf), "    {}\n", f);
-      for (auto& f : ks) fmt::format_to(std::back_inserter(buf), "    [k] {}\n", f);
-    }
+    out.rows.push_back(std::move(row));
   }
-  out_.flush();
-  prune(seen);
+  out.gone = prune(seen);
+  return out;
 }
 
 // Threads that have exited leave the maps once their last row is out.
-void Starvation::prune(const std::set<uint32_t>& seen) {
+std::vector<std::pair<uint32_t, uint32_t>> Starvation::prune(const std::set<uint32_t>& seen) {
   int tfd = bpf_map__fd(skel_->maps.threads);
   std::vector<uint32_t> gone;
   std::set<uint32_t> gone_pids;
@@ -522,9 +530,11 @@ void Starvation::prune(const std::set<uint32_t>& seen) {
     gone.push_back(tid);
     if (!pid_exists(static_cast<pid_t>(s.pid))) gone_pids.insert(s.pid);
   }
-  if (gone.empty()) return;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  if (gone.empty()) return out;
   std::set<uint32_t> gone_set(gone.begin(), gone.end());
   for (uint32_t tid : gone) {
+    out.push_back({snaps_[tid].pid, tid});
     bpf_map_delete_elem(tfd, &tid);
     snaps_.erase(tid);
   }
@@ -544,117 +554,108 @@ void Starvation::prune(const std::set<uint32_t>& seen) {
     if (py_) py_->forget(static_cast<pid_t>(pid));
     py_seen_.erase(pid);
   }
+  return out;
 }
 
-int Starvation::run() {
-  if (o_.min_idle_ms == 0) throw UsageError("--min-idle-ms must be at least 1");
-  if (o_.stale_threshold_ms == 0) throw UsageError("--stale-threshold-ms must be at least 1");
-  if (o_.sample_hz == 0 || o_.sample_hz > 1000) throw UsageError("--sample-hz must be between 1 and 1000");
-  for (pid_t pid : o_.pids)
+void StarvationCollector::validate(const Config& o) {
+  if (o.min_idle_ms == 0) throw UsageError("--min-idle-ms must be at least 1");
+  if (o.stale_threshold_ms == 0) throw UsageError("--stale-threshold-ms must be at least 1");
+  if (o.sample_hz == 0 || o.sample_hz > 1000) throw UsageError("--sample-hz must be between 1 and 1000");
+  for (pid_t pid : o.pids)
     if (!pid_exists(pid)) throw UsageError(fmt::format("pid {} does not exist", pid));
-  for (const std::string* f : {&o_.folded, &o_.svg}) {
-    if (f->empty()) continue;
-    std::ofstream probe(*f, std::ios::trunc);
-    if (!probe) throw UsageError(fmt::format("cannot write {}: {}", *f, strerror(errno)));
-  }
-  require_bpf_privileges();
-  set_libbpf_verbose(o_.verbose);
+}
+
+void Starvation::start() {
   check_pin_dir(dir_, false);
   stacks_ = o_.collect_ustack || o_.collect_kstack;
-
   Pins pins = open_pins();
   BridgeView v = view(pins);
   if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
   load(std::move(pins));
   state_ = v.state;
-  fprintf(stderr,
-          "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
-          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
-          static_cast<unsigned long long>(o_.min_idle_ms), static_cast<unsigned long long>(o_.min_gpu_mem_bytes),
-          static_cast<unsigned long long>(o_.stale_threshold_ms), o_.sample_hz);
   say(v);
-
-  StopControl stop(o_.duration_s);
-  using clock = std::chrono::steady_clock;
-  auto next_report = clock::now() + std::chrono::seconds(1);
-  auto next_watch = clock::now() + std::chrono::milliseconds(250);
-  auto next_tgids = clock::now();
-  auto next_py_recheck = clock::now() + std::chrono::seconds(1);
-  while (!stop.should_stop()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    auto now = clock::now();
-    if (py_) py_->poll();
-    if (now >= next_tgids) {
-      py_recheck_ = now >= next_py_recheck;
-      if (py_recheck_) {
-        next_py_recheck = now + std::chrono::seconds(1);
-        // Processes that exited without a row (never starved) leave the walk's maps too.
-        for (auto it = py_seen_.begin(); it != py_seen_.end();)
-          if (!pid_exists(static_cast<pid_t>(*it))) {
-            if (py_) py_->forget(static_cast<pid_t>(*it));
-            it = py_seen_.erase(it);
-          } else {
-            ++it;
-          }
-      }
-      refresh_tgids();
-      py_recheck_ = false;
-      next_tgids = now + std::chrono::milliseconds(50);
-    }
-    if (now >= next_watch) {
-      watch_bridge();
-      next_watch = now + std::chrono::milliseconds(250);
-    }
-    if (now >= next_report) {
-      report();
-      next_report += std::chrono::seconds(1);
-      if (next_report < now) next_report = now + std::chrono::seconds(1);
-    }
-  }
-  report();
-  uint64_t lost_threads = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_THREAD);
-  uint64_t lost_samples = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_NO_SAMPLE_KEY);
-  uint64_t lost_stacks = percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_STACK_ERR);
-  std::string py_drops = py_ ? py_->drops_text() : "";
-  if (o_.verbose && py_) {
-    auto c = py_->counters();
-    fprintf(stderr, "gpuscope: %llu Python walks, %llu in threads without a PyThreadState\n",
-            (unsigned long long)c.walks, (unsigned long long)c.no_tstate);
-  }
-  if (o_.verbose)
-    fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
-            (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_SAMPLES),
-            (unsigned long long)percpu_sum(bpf_map__fd(skel_->maps.counters), GS_S_CNT_LATCH_TICKS));
-  unload();
-  if (lost_threads || lost_samples || lost_stacks || !py_drops.empty())
-    fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks%s\n",
-            (unsigned long long)lost_threads, (unsigned long long)lost_samples, (unsigned long long)lost_stacks,
-            py_drops.c_str());
-  uint64_t total = 0;
-  for (auto& [_, w] : folded_) total += w;
-  if (!o_.folded.empty()) {
-    std::ofstream(o_.folded, std::ios::trunc) << folded_text(folded_);
-    fprintf(stderr, "gpuscope: folded stacks: %zu stacks, %llu samples x %llu ns = %llu ns sampled, in %s\n",
-            folded_.size(), (unsigned long long)folded_samples_, (unsigned long long)period_ns_,
-            (unsigned long long)total, o_.folded.c_str());
-  }
-  if (!o_.svg.empty()) {
-    std::ofstream(o_.svg, std::ios::trunc)
-        << flamegraph_svg(folded_,
-                          fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
-                                      static_cast<double>(total) / 1e9),
-                          "ns");
-    fprintf(stderr, "gpuscope: flame graph in %s\n", o_.svg.c_str());
-  }
-  fprintf(stderr, "gpuscope: %llu rows\n", static_cast<unsigned long long>(rows_));
-  return 0;
+  auto now = clock::now();
+  next_watch_ = now + std::chrono::milliseconds(250);
+  next_tgids_ = now;
+  next_py_recheck_ = now + std::chrono::seconds(1);
 }
 
-}  // namespace
+void Starvation::tick() {
+  auto now = clock::now();
+  if (py_) py_->poll();
+  if (now >= next_tgids_) {
+    py_recheck_ = now >= next_py_recheck_;
+    if (py_recheck_) {
+      next_py_recheck_ = now + std::chrono::seconds(1);
+      // Processes that exited without a row (never starved) leave the walk's maps too.
+      for (auto it = py_seen_.begin(); it != py_seen_.end();)
+        if (!pid_exists(static_cast<pid_t>(*it))) {
+          if (py_) py_->forget(static_cast<pid_t>(*it));
+          it = py_seen_.erase(it);
+        } else {
+          ++it;
+        }
+    }
+    refresh_tgids();
+    py_recheck_ = false;
+    next_tgids_ = now + std::chrono::milliseconds(50);
+  }
+  if (now >= next_watch_) {
+    watch_bridge();
+    next_watch_ = now + std::chrono::milliseconds(250);
+  }
+}
 
-int run_starvation(const StarvationOptions& opts) {
-  Starvation s(opts);
-  return s.run();
+StarvationReport Starvation::collect() {
+  StarvationReport r = report();
+  if (pending_.rows.empty() && pending_.folded.empty() && pending_.gone.empty()) return r;
+  StarvationReport out = std::move(pending_);
+  pending_ = {};
+  for (auto& row : r.rows) out.rows.push_back(std::move(row));
+  for (auto& [k, w] : r.folded) out.folded[k] += w;
+  out.folded_samples += r.folded_samples;
+  out.gone.insert(out.gone.end(), r.gone.begin(), r.gone.end());
+  return out;
+}
+
+StarvationStats Starvation::stats() const {
+  StarvationStats st;
+  if (!skel_) return st;
+  int fd = bpf_map__fd(skel_->maps.counters);
+  st.lost_threads = percpu_sum(fd, GS_S_CNT_NO_THREAD);
+  st.lost_samples = percpu_sum(fd, GS_S_CNT_NO_SAMPLE_KEY);
+  st.lost_stacks = percpu_sum(fd, GS_S_CNT_STACK_ERR);
+  st.samples = percpu_sum(fd, GS_S_CNT_SAMPLES);
+  st.latch_ticks = percpu_sum(fd, GS_S_CNT_LATCH_TICKS);
+  if (py_) {
+    st.py = true;
+    st.py_drops = py_->drops_text();
+    auto c = py_->counters();
+    st.py_walks = c.walks;
+    st.py_no_tstate = c.no_tstate;
+  }
+  return st;
+}
+
+StarvationCollector::StarvationCollector(Config c) {
+  validate(c);
+  impl_ = std::make_unique<Starvation>(std::move(c));
+  impl_->start();
+}
+
+StarvationCollector::~StarvationCollector() = default;
+void StarvationCollector::tick() { impl_->tick(); }
+StarvationReport StarvationCollector::collect() { return impl_->collect(); }
+StarvationStats StarvationCollector::stats() const { return impl_->stats(); }
+uint64_t StarvationCollector::period_ns() const { return impl_->period_ns(); }
+void StarvationCollector::stop() { impl_->stop(); }
+
+std::string StarvationCollector::bridge_state() const {
+  switch (impl_->state()) {
+    case Bridge::Fresh: return "fresh";
+    case Bridge::Stale: return "stale";
+    default: return "none";
+  }
 }
 
 }  // namespace gpuscope

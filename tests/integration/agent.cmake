@@ -6,7 +6,8 @@ gtest_discover_tests(prom_test)
 
 add_executable(agent_test ${CMAKE_CURRENT_LIST_DIR}/agent_test.cpp)
 target_link_libraries(agent_test PRIVATE gstest_harness gpuscope_core GTest::gtest_main)
-target_compile_definitions(agent_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>")
-add_dependencies(agent_test gpuscope standin_app nvml_standin)
+target_compile_definitions(agent_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
+                           STARV_FIXTURE="$<TARGET_FILE:starv_fixture>")
+add_dependencies(agent_test gpuscope standin_app nvml_standin starv_fixture)
 gtest_discover_tests(agent_test PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
 include(${PROJECT_SOURCE_DIR}/bench/agent.cmake)

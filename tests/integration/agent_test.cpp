@@ -6,7 +6,12 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -343,12 +348,16 @@ TEST(Agent, MetricsAndApi) {
   // No bridge here: that collector alone is off, and says why; the rest serve on.
   auto h = a.api("/api/health");
   EXPECT_EQ(h["status"], "degraded");
-  ASSERT_EQ(h["collectors"].size(), 4u);
+  // Starvation needs the bridge's pins: the pin directory is not on bpffs, so it is off too.
+  ASSERT_EQ(h["collectors"].size(), 6u);
   for (auto& c : h["collectors"]) {
-    EXPECT_EQ(c["up"].get<bool>(), c["name"] != "bridge") << c.dump();
+    EXPECT_EQ(c["up"].get<bool>(), c["name"] != "bridge" && c["name"] != "starvation") << c.dump();
     if (c["name"] == "bridge") EXPECT_NE(c["why"].get<std::string>().find("no bridge running"), std::string::npos);
+    if (c["name"] == "starvation")
+      EXPECT_NE(c["why"].get<std::string>().find("is not a directory on bpffs"), std::string::npos) << c.dump();
   }
-  for (const char* c : {"kernels", "memleak", "latency"})
+  EXPECT_EQ(http_get(a.port(), "/api/starvation/folded").status, 503);
+  for (const char* c : {"kernels", "memleak", "latency", "ioctl"})
     EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", c}}), 1) << c;
   EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "bridge"}}), 0);
   EXPECT_TRUE(samples(m, "gpuscope_gpu_utilization_ratio").empty());
@@ -640,4 +649,209 @@ TEST(Agent, KubernetesLabels) {
     EXPECT_EQ(a.stop(), 0);
   }
   for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
+}
+
+namespace {
+
+constexpr unsigned long kRmControl = 0xC020462A;  // _IOWR('F', 0x2A, 32 bytes): NV_ESC_RM_CONTROL
+
+// A child named `comm` that makes `n` ioctls on a major-195 node (each fails with EBADF: no
+// driver here), then exits when told to (a byte on its pipe) or at once.
+struct IoctlChild {
+  pid_t pid = -1;
+  int go = -1;
+  bool waits;
+  IoctlChild(const std::string& node, const std::string& comm, int n, bool wait) : waits(wait) {
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    pid = fork();
+    if (pid == 0) {
+      close(p[1]);
+      prctl(PR_SET_NAME, comm.c_str());
+      int fd = open(node.c_str(), O_PATH);
+      for (int i = 0; i < n; i++) ioctl(fd, kRmControl, nullptr);
+      char c;
+      if (wait) (void)!read(p[0], &c, 1);
+      _exit(0);
+    }
+    close(p[0]);
+    go = p[1];
+  }
+  void finish() {
+    if (waits) (void)!write(go, "x", 1);  // one that did not wait may have closed its end
+    close(go);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st));
+  }
+};
+
+}  // namespace
+
+// ioctl series: calls per request stay counted after their processes exit; a process's own
+// series goes once a scrape has seen its final value.
+TEST(Agent, IoctlSeries) {
+  Workload w;
+  std::string node = w.dir() + "/nvidia7";
+  ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 7)), 0) << strerror(errno);
+  std::string comm = "gsio" + std::to_string(getpid() % 1000000);
+  Process g({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-c", comm, "--collectors", "ioctl",
+             "--interval", "0.2"});
+  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
+  int port = parse_lines(g.out()).at(0).at("port").get<int>();
+  auto scrape = [&](const std::function<bool(const std::string&)>& pred) {
+    std::string m;
+    for (int i = 0; i < 200; i++) {
+      m = http_get(port, "/metrics").body;
+      if (pred(m)) return m;
+      sleep_s(0.05);
+    }
+    ADD_FAILURE() << m;
+    return std::string();
+  };
+  const std::map<std::string, std::string> rm = {{"request", "NV_ESC_RM_CONTROL"}};
+
+  IoctlChild a(node, comm, 5, true);
+  std::string as = std::to_string(a.pid);
+  std::string m = scrape([&](const std::string& t) {
+    return value_of(t, "gpuscope_process_ioctl_calls_total", {{"pid", as}}) == 5;
+  });
+  EXPECT_EQ(value_of(m, "gpuscope_ioctl_calls_total", rm), 5);
+  EXPECT_EQ(value_of(m, "gpuscope_ioctl_errors_total", rm), 5);
+  EXPECT_GT(value_of(m, "gpuscope_ioctl_duration_seconds_total", rm), 0);
+  EXPECT_EQ(samples(m, "gpuscope_ioctl_calls_total").size(), 1u) << "only the NVIDIA node's request";
+  auto ps = where(samples(m, "gpuscope_process_ioctl_calls_total"), {{"pid", as}});
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0].labels["comm"], comm);
+  auto procs = json::parse(http_get(port, "/api/processes").body);
+  bool found = false;
+  for (auto& p : procs["processes"])
+    if (p["pid"] == a.pid) {
+      found = true;
+      EXPECT_EQ(p["ioctl_calls"], 5);
+      EXPECT_EQ(p["ioctl_errors"], 5);
+    }
+  EXPECT_TRUE(found) << procs.dump();
+  EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "ioctl"}}), 1);
+
+  // It exits: its series goes, the request's count stays.
+  a.finish();
+  m = scrape([&](const std::string& t) {
+    return where(samples(t, "gpuscope_process_ioctl_calls_total"), {{"pid", as}}).empty();
+  });
+  EXPECT_EQ(value_of(m, "gpuscope_ioctl_calls_total", rm), 5);
+  // A life shorter than one refresh is counted all the same.
+  IoctlChild b(node, comm, 3, false);
+  b.finish();
+  m = scrape([&](const std::string& t) { return value_of(t, "gpuscope_ioctl_calls_total", rm) == 8; });
+  EXPECT_EQ(value_of(m, "gpuscope_ioctl_errors_total", rm), 8);
+  m = scrape([&](const std::string& t) { return samples(t, "gpuscope_process_ioctl_calls_total").empty(); });
+  EXPECT_EQ(value_of(m, "gpuscope_ioctl_calls_total", rm), 8);
+  EXPECT_EQ(value_of(m, "gpuscope_events_lost_total", {{"collector", "ioctl"}, {"reason", "counter_map_full"}}), 0);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+}
+
+namespace {
+
+uint64_t schedstat_ns(int pid, int tid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+  uint64_t ns = 0;
+  f >> ns;
+  return ns;
+}
+
+}  // namespace
+
+// Starvation from the agent, with no bridge running: the agent runs its own on the NVML
+// stand-in, serves its device series, counts a burning thread's CPU time while its GPU sits
+// idle (against the scheduler's count) and serves its folded stacks.
+TEST(Agent, StarvationWithTheBridgeInside) {
+  PinDir d;
+  StandinFile f;
+  Process fx({STARV_FIXTURE, "burn"});
+  ASSERT_TRUE(fx.wait_for("ready pid=", 10)) << fx.err();
+  std::map<std::string, std::string> ready;
+  {
+    std::istringstream in(fx.out().substr(fx.out().find("ready ")));
+    for (std::string word; in >> word;)
+      if (auto eq = word.find('='); eq != std::string::npos) ready[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  int pid = std::stoi(ready.at("pid")), burner = std::stoi(ready.at("burner"));
+  f.write("device 0 util 0 mem_total 85899345920 mem_used 1048576\nprocess 0 " + std::to_string(pid) + " 1048576\n");
+  Process g({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-p", std::to_string(pid), "--collectors",
+             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--starvation-min-idle-ms",
+             "200", "--interval", "0.2"},
+            {f.env()});
+  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
+  EXPECT_NE(g.err().find("the agent runs one"), std::string::npos) << g.err();
+  int port = parse_lines(g.out()).at(0).at("port").get<int>();
+  std::string ps = std::to_string(pid), ts = std::to_string(burner);
+  std::map<std::string, std::string> me = {{"pid", ps}, {"tid", ts}};
+  std::string m;
+  for (int i = 0; i < 200 && !(value_of(m, "gpuscope_starvation_cpu_seconds_total", me) > 0); i++) {
+    sleep_s(0.05);
+    m = http_get(port, "/metrics").body;
+  }
+  ASSERT_GT(value_of(m, "gpuscope_starvation_cpu_seconds_total", me), 0) << m << g.err();
+  auto one = where(samples(m, "gpuscope_starvation_cpu_seconds_total"), me);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].labels["comm"], "starv_fixture");
+  EXPECT_EQ(one[0].labels["thread"], "burner");
+  EXPECT_EQ(where(samples(m, "gpuscope_starvation_cpu_seconds_total"), {{"thread", "sleeper"}}).size(), 0u);
+  EXPECT_EQ(value_of(m, "gpuscope_gpu_memory_used_bytes", {{"gpu", "0"}}), 1048576);
+  EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "bridge"}}), 1);
+  EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "starvation"}}), 1);
+
+  // Over a few seconds, the series grows as the scheduler counts the thread's CPU time.
+  double v0 = value_of(m, "gpuscope_starvation_cpu_seconds_total", me);
+  uint64_t s0 = schedstat_ns(pid, burner);
+  sleep_s(3);
+  uint64_t s1 = schedstat_ns(pid, burner);
+  m = http_get(port, "/metrics").body;
+  double v1 = value_of(m, "gpuscope_starvation_cpu_seconds_total", me);
+  EXPECT_NEAR((v1 - v0) / ((s1 - s0) / 1e9), 1.0, 0.2) << v0 << " " << v1 << " " << s0 << " " << s1;
+  EXPECT_EQ(value_of(m, "gpuscope_comm_starvation_cpu_seconds_total", {{"comm", "starv_fixture"}}), v1);
+
+  // Folded stacks, flamegraph.pl's input, weighted in sampled ns.
+  auto r = http_get(port, "/api/starvation/folded");
+  EXPECT_EQ(r.status, 200);
+  std::istringstream in(r.body);
+  uint64_t total = 0, known = 0;
+  int lines = 0;
+  for (std::string line; std::getline(in, line); lines++) {
+    auto sp = line.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    uint64_t wgt = std::stoull(line.substr(sp + 1));
+    total += wgt;
+    EXPECT_EQ(line.rfind("starv_fixture;burner;", 0), 0u) << line;
+    if (line.find("fixture::preprocess_burn(void*)") != std::string::npos) known += wgt;
+  }
+  ASSERT_GT(lines, 0);
+  EXPECT_NEAR(total / 1e9 / v1, 1.0, 0.3) << "49 Hz samples against the accounted time";
+  EXPECT_GE(known, 0.9 * total);
+
+  // The GPU turns busy: no more starving time.
+  f.write("device 0 util 100 mem_total 85899345920 mem_used 1048576\nprocess 0 " + std::to_string(pid) +
+          " 1048576\n");
+  sleep_s(1);
+  double busy0 = value_of(http_get(port, "/metrics").body, "gpuscope_starvation_cpu_seconds_total", me);
+  sleep_s(1.5);
+  double busy1 = value_of(http_get(port, "/metrics").body, "gpuscope_starvation_cpu_seconds_total", me);
+  EXPECT_EQ(busy0, busy1);
+
+  // The process ends: its threads' series go; the comm's total keeps their time.
+  fx.signal(SIGKILL);
+  fx.wait(10);
+  for (int i = 0; i < 200; i++) {
+    m = http_get(port, "/metrics").body;
+    if (samples(m, "gpuscope_starvation_cpu_seconds_total").empty()) break;
+    sleep_s(0.05);
+  }
+  EXPECT_TRUE(samples(m, "gpuscope_starvation_cpu_seconds_total").empty()) << m;
+  EXPECT_EQ(value_of(m, "gpuscope_comm_starvation_cpu_seconds_total", {{"comm", "starv_fixture"}}), busy1);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  // The agent's bridge leaves its pins, as `gpuscope bridge` does: their data goes stale.
+  EXPECT_EQ(d.entries(), 4);
 }

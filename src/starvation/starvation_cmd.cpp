@@ -1,0 +1,157 @@
+// gpuscope starvation: the terminal and JSON-lines view over the starvation collector.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/bpf.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "starvation/starvation_cmd.h"
+#include "starvation/starvation_collector.h"
+
+namespace gpuscope {
+
+namespace {
+
+class StarvationView {
+ public:
+  explicit StarvationView(const StarvationOptions& o) : o_(o) {}
+  void show(StarvationReport r);
+  const Folded& folded() const { return folded_; }
+  uint64_t folded_samples() const { return folded_samples_; }
+  uint64_t rows() const { return rows_; }
+
+ private:
+  const StarvationOptions& o_;
+  Folded folded_;
+  uint64_t folded_samples_ = 0;
+  uint64_t rows_ = 0;
+  bool header_done_ = false;
+  Writer out_;
+};
+
+void StarvationView::show(StarvationReport r) {
+  for (auto& [k, w] : r.folded) folded_[k] += w;
+  folded_samples_ += r.folded_samples;
+  static const Table table({{"COMM", -16},
+                            {"PID", 7},
+                            {"TID", 7},
+                            {"CPU_TIME_NS", 14},
+                            {"IDLE_NS", 14},
+                            {"HIT_COUNT", 9},
+                            {"CONTAINER", 0}});
+  auto& buf = out_.buf();
+  if (!o_.json && !header_done_ && !r.rows.empty()) {
+    table.header(buf);
+    header_done_ = true;
+  }
+  for (auto& row : r.rows) {
+    rows_++;
+    if (o_.json) {
+      nlohmann::ordered_json j{{"type", "starvation"},
+                               {"pid", row.pid},
+                               {"tid", row.tid},
+                               {"comm", row.comm},
+                               {"thread", row.thread},
+                               {"container", row.container},
+                               {"cpu_time_ns", row.cpu_time_ns},
+                               {"idle_ns", row.idle_ns},
+                               {"hit_count", row.hit_count},
+                               {"ustack", row.ustack},
+                               {"kstack", row.kstack}};
+      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      buf.append(line);
+      buf.push_back('\n');
+    } else {
+      table.row(buf, {row.comm, std::to_string(row.pid), std::to_string(row.tid), std::to_string(row.cpu_time_ns),
+                      std::to_string(row.idle_ns), std::to_string(row.hit_count),
+                      row.container.empty() ? "-" : row.container});
+      for (auto& f : row.ustack) fmt::format_to(std::back_inserter(buf), "    {}\n", f);
+      for (auto& f : row.kstack) fmt::format_to(std::back_inserter(buf), "    [k] {}\n", f);
+    }
+  }
+  out_.flush();
+}
+
+}  // namespace
+
+int run_starvation(const StarvationOptions& o) {
+  StarvationCollector::Config cfg{o.pids,
+                                  o.comm,
+                                  o.min_gpu_mem_bytes,
+                                  o.min_idle_ms,
+                                  o.stale_threshold_ms,
+                                  o.pin_dir,
+                                  o.collect_ustack,
+                                  o.collect_kstack,
+                                  o.no_py_frames,
+                                  o.sample_hz,
+                                  !o.folded.empty() || !o.svg.empty()};
+  StarvationCollector::validate(cfg);
+  for (const std::string* f : {&o.folded, &o.svg}) {
+    if (f->empty()) continue;
+    std::ofstream probe(*f, std::ios::trunc);
+    if (!probe) throw UsageError(fmt::format("cannot write {}: {}", *f, strerror(errno)));
+  }
+  require_bpf_privileges();
+  set_libbpf_verbose(o.verbose);
+  StarvationCollector c(cfg);
+  fprintf(stderr,
+          "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
+          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
+          static_cast<unsigned long long>(o.min_idle_ms), static_cast<unsigned long long>(o.min_gpu_mem_bytes),
+          static_cast<unsigned long long>(o.stale_threshold_ms), o.sample_hz);
+  StarvationView view(o);
+  StopControl stop(o.duration_s);
+  using clock = std::chrono::steady_clock;
+  auto next_report = clock::now() + std::chrono::seconds(1);
+  while (!stop.should_stop()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.tick();
+    auto now = clock::now();
+    if (now >= next_report) {
+      view.show(c.collect());
+      next_report += std::chrono::seconds(1);
+      if (next_report < now) next_report = now + std::chrono::seconds(1);
+    }
+  }
+  view.show(c.collect());
+  StarvationStats st = c.stats();
+  if (o.verbose && st.py)
+    fprintf(stderr, "gpuscope: %llu Python walks, %llu in threads without a PyThreadState\n",
+            (unsigned long long)st.py_walks, (unsigned long long)st.py_no_tstate);
+  if (o.verbose)
+    fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
+            (unsigned long long)st.samples, (unsigned long long)st.latch_ticks);
+  c.stop();
+  if (st.lost_threads || st.lost_samples || st.lost_stacks || !st.py_drops.empty())
+    fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks%s\n",
+            (unsigned long long)st.lost_threads, (unsigned long long)st.lost_samples,
+            (unsigned long long)st.lost_stacks, st.py_drops.c_str());
+  uint64_t total = 0;
+  for (auto& [_, w] : view.folded()) total += w;
+  if (!o.folded.empty()) {
+    std::ofstream(o.folded, std::ios::trunc) << folded_text(view.folded());
+    fprintf(stderr, "gpuscope: folded stacks: %zu stacks, %llu samples x %llu ns = %llu ns sampled, in %s\n",
+            view.folded().size(), (unsigned long long)view.folded_samples(), (unsigned long long)c.period_ns(),
+            (unsigned long long)total, o.folded.c_str());
+  }
+  if (!o.svg.empty()) {
+    std::ofstream(o.svg, std::ios::trunc)
+        << flamegraph_svg(view.folded(),
+                          fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
+                                      static_cast<double>(total) / 1e9),
+                          "ns");
+    fprintf(stderr, "gpuscope: flame graph in %s\n", o.svg.c_str());
+  }
+  fprintf(stderr, "gpuscope: %llu rows\n", static_cast<unsigned long long>(view.rows()));
+  return 0;
+}
+
+}  // namespace gpuscope

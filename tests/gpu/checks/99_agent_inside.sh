@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# usage: 99_agent_inside.sh GPUSCOPE_BIN OUT_DIR
+# `gpuscope agent` with no bridge running, on the real driver and NVML:
+# 1. it runs the bridge itself: device series with the GPU's UUID and model name;
+# 2. its ioctl series for a PyTorch process (named gs98torch) equal, request by request, what
+#    `gpuscope ioctl` counted for it over the same life, after it has exited;
+# 3. a thread burning CPU while the process's GPU sits idle shows in
+#    gpuscope_starvation_cpu_seconds_total and in /api/starvation/folded.
+# Needs in tests/gpu/bin: nothing but the gpuscope binary (python3, torch and curl on the host).
+set -euo pipefail
+# shellcheck source=../lib/common.sh
+source "$(dirname "$0")/../lib/common.sh"
+GPUSCOPE=$1
+OUT=$2
+mkdir -p "$OUT"
+command -v curl >/dev/null || skip "curl missing"
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+PD=/sys/fs/bpf/gs99-$$
+mkdir -p "$PD"
+D=${WORK:-/tmp/gpuscope-99}
+rm -rf "$D"
+mkdir -p "$D"
+cleanup_pins() { rm -f "$PD"/gpu_* 2>/dev/null || true; rmdir "$PD" 2>/dev/null || true; }
+
+"$GPUSCOPE" ioctl --json -c gs98torch >"$OUT/ioctl.jsonl" 2>"$OUT/ioctl.err" &
+IO=$!
+track "$IO"
+wait_for "$OUT/ioctl.err" 'counting' 30 "$IO" || fail "gpuscope ioctl did not start: $(tail -c 300 "$OUT/ioctl.err")"
+"$GPUSCOPE" agent --json --listen 127.0.0.1:0 -c gs98torch --collectors ioctl,starvation,bridge \
+  --bridge-pin-dir "$PD" --starvation-min-idle-ms 500 --interval 0.2 >"$OUT/agent.jsonl" 2>"$OUT/agent.err" &
+AG=$!
+track "$AG"
+wait_for "$OUT/agent.jsonl" '"type":"agent"' 60 "$AG" || fail "agent did not start: $(tail -c 400 "$OUT/agent.err")"
+PORT=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$OUT/agent.jsonl")
+grep -q 'the agent runs one' "$OUT/agent.err" || fail "the agent did not run its bridge: $(tail -c 400 "$OUT/agent.err")"
+sleep 1
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/devices.prom" || fail "no scrape"
+
+timeout 150 python3 - >"$OUT/workload.out" 2>&1 <<'PY' &
+import ctypes, os, threading, time
+ctypes.CDLL(None).prctl(15, b"gs98torch", 0, 0, 0)  # PR_SET_NAME, inherited by torch's threads
+import torch
+print("pid", os.getpid(), flush=True)
+model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(20):
+    x = torch.randn(256, 512, device="cuda"); y = torch.randint(0, 10, (256,), device="cuda")
+    loss = torch.nn.functional.cross_entropy(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
+torch.cuda.synchronize()
+def burn():
+    end = time.time() + 6
+    n = 0
+    while time.time() < end:
+        n += 1
+t = threading.Thread(target=burn); t.start(); t.join()
+print("done", flush=True)
+PY
+WL=$!
+track "$WL"
+wait_for "$OUT/workload.out" '^done' 150 "$WL" || true
+sleep 0.5
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/during.prom" || true
+curl -sf "http://127.0.0.1:$PORT/api/starvation/folded" >"$OUT/folded.txt" || true
+wait_exit "$WL" 30
+[[ $WAIT_RC == 0 ]] || fail "workload exited with $WAIT_RC: $(tail -c 400 "$OUT/workload.out")"
+sleep 1.5
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after.prom" || fail "no scrape after the workload"
+curl -sf "http://127.0.0.1:$PORT/api/health" >"$OUT/health.json" || true
+kill -TERM "$IO"
+wait_exit "$IO" 30
+stop "$AG" 30
+cleanup_pins
+PID=$(awk '/^pid/ {print $2}' "$OUT/workload.out")
+python3 - "$OUT" "$PID" >"$OUT/verdict.txt" 2>&1 <<'PY' || true
+import json, re, sys, collections
+out, pid = sys.argv[1], int(sys.argv[2])
+def series(path, name):
+    rows = []
+    for line in open(path):
+        m = re.match(r'^' + name + r'\{(.*)\} (\S+)$', line.strip())
+        if m:
+            rows.append((dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))), float(m.group(2))))
+    return rows
+bad = []
+dev = series(f"{out}/devices.prom", "gpuscope_gpu_memory_total_bytes")
+if not dev or not dev[0][0].get("UUID", "").startswith("GPU-") or not dev[0][0].get("modelName"):
+    bad.append(f"device series from the agent's bridge: {dev}")
+sub = collections.Counter()
+for l in open(f"{out}/ioctl.jsonl"):
+    r = json.loads(l)
+    if r.get("type") == "ioctl" and r["pid"] == pid:
+        sub[r["name"] or r["request"]] += r["count"]
+agent = {l["request"]: int(v) for l, v in series(f"{out}/after.prom", "gpuscope_ioctl_calls_total")}
+if not sub:
+    bad.append("gpuscope ioctl counted nothing for the workload")
+if dict(sub) != agent:
+    diff = {k: (sub.get(k, 0), agent.get(k, 0)) for k in set(sub) | set(agent) if sub.get(k, 0) != agent.get(k, 0)}
+    bad.append(f"ioctl per request, subcommand vs agent, differ: {diff}")
+if [s for s in series(f"{out}/after.prom", "gpuscope_process_ioctl_calls_total") if s[0]["pid"] == str(pid)]:
+    bad.append("the exited process's ioctl series is still there")
+st = [v for l, v in series(f"{out}/during.prom", "gpuscope_starvation_cpu_seconds_total") if l["pid"] == str(pid)]
+folded = [l for l in open(f"{out}/folded.txt") if l.strip()] if st else []
+if not st or max(st) < 2:
+    bad.append(f"starving CPU seconds of the burning thread: {st}")
+if not folded:
+    bad.append("no folded stacks")
+top = ", ".join(f"{k}:{v}" for k, v in sub.most_common(6))
+msg = (f"ioctl per request equal ({sum(sub.values())} calls, {len(sub)} requests; top {top}); "
+       f"device {dev[0][0].get('modelName') if dev else '?'}; starving {max(st) if st else 0:.2f} s, "
+       f"{len(folded)} folded stacks")
+print(("FAIL " if bad else "OK ") + msg + ("; " + "; ".join(bad) if bad else ""))
+sys.exit(1 if bad else 0)
+PY
+v=$(tail -n1 "$OUT/verdict.txt")
+[[ $v == OK* ]] || fail "${v#FAIL }"
+pass "the agent ran its own bridge; ${v#OK }"
