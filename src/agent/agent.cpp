@@ -334,7 +334,9 @@ HttpReply AgentView::serve(const std::string& path) {
     }
   } else if (path == "/") {
     r.content_type = "text/plain; charset=utf-8";
-    r.body = "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/anomalies /api/starvation/folded /api/health\n";
+    r.body =
+        "gpuscope agent: /metrics /api/processes /api/kernels /api/leaks /api/anomalies /api/starvation/folded "
+        "/api/health\n";
   } else {
     r.status = 404;
     r.content_type = "text/plain; charset=utf-8";

@@ -41,6 +41,7 @@ void EventLoop::run() {
     auto now = Clock::now();
     auto wait = Clock::duration(kMaxWait);
     for (auto& t : timers_) wait = std::min(wait, std::max(Clock::duration::zero(), t.next - now));
+    if (stop_.deadline()) wait = std::min(wait, std::max(Clock::duration::zero(), *stop_.deadline() - now));
     int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
     int n = epoll_wait(epoll_.get(), evs, 16, ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("epoll_wait: ") + strerror(errno));

@@ -37,6 +37,7 @@ class StopControl {
  public:
   explicit StopControl(double duration_s);
   bool should_stop() const;
+  const std::optional<std::chrono::steady_clock::time_point>& deadline() const { return deadline_; }
   static void install_signal_handlers();
   static std::atomic<bool>& signalled();
 

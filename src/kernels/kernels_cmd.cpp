@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "core/cli.h"
@@ -239,8 +240,14 @@ int run_kernels(const KernelsOptions& o) {
           st.probes, st.objects, kernels.exits_hooked() ? "" : " (exits not seen)", o.interval_s);
   loop.run();
   kernels.drain();
-  if (gpu) gpu->stop();
-  session.detach();
+  {
+    // Each detach waits for an RCU grace period: the GPU-time probes go while the session's do.
+    std::jthread gpu_stop([&] {
+      if (gpu) gpu->stop();
+    });
+    std::jthread exit_hook([&] { kernels.detach(); });
+    session.detach();
+  }
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();

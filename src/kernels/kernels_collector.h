@@ -76,6 +76,9 @@ class KernelsCollector {
   // After each wake-up: names rows new since, while their process still runs.
   void tick();
   void drain();
+  // Detaches the exit hook (a trampoline: its grace period is long, so callers overlap it with
+  // the session's detach).
+  void detach() { destroy_links(links_); }
   // Every current row, named (unknown rows are tried again), in (pid, layer, handle) order.
   std::vector<KernelRow> snapshot();
   Stats stats() const;

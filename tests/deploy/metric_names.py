@@ -11,7 +11,6 @@ import yaml
 
 # Names that exist only with a part of gpuscope the agent does not run yet: said, not skipped.
 PENDING = {
-    "gpuscope_starvation_cpu_seconds_total": "starvation collector, not yet served by the agent (agent extension issue)",
     "gpuscope_kernel_gpu_seconds_total": "kernel GPU time, exported once the GPU-time (CUPTI library) issue lands",
 }
 NAME = re.compile(r"\b((?:gpuscope|process)_[a-zA-Z0-9_]+)\b")
