@@ -372,7 +372,7 @@ TEST(Agent, MetricsAndApi) {
 
 // promtool, Prometheus's own checker, finds nothing to say about a scrape with every family.
 TEST(Agent, PromtoolCheckMetrics) {
-  if (access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "promtool not installed (scripts/deps.sh installs it)";
+  ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool not installed (scripts/deps.sh installs it)";
   Workload w;
   Agent a(w);
   Process drv({w.path(), "driver", "2"});
@@ -448,7 +448,7 @@ TEST(Agent, BoundedCardinality) {
 // A real Prometheus (Debian's) scrapes the agent every second; its HTTP API answers with the
 // exact launch counts, outstanding and leaked bytes, and an exited process's series go stale.
 TEST(Agent, RealPrometheus) {
-  if (access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "prometheus not installed (scripts/deps.sh installs it)";
+  ASSERT_EQ(access("/usr/bin/prometheus", X_OK), 0) << "prometheus not installed (scripts/deps.sh installs it)";
   Workload w;
   Agent a(w);
   int pport = free_port();
