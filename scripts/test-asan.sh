@@ -23,8 +23,10 @@ start=$(date +%s)
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSCOPE_SANITIZE=ON -DGPUSCOPE_FUZZ=OFF >/dev/null
 cmake --build "$b" -j"$(nproc)" >"$b/build.log" 2>&1 || { tail -50 "$b/build.log"; echo "test-asan: build failed" >&2; exit 2; }
 built=$(date +%s)
-# A sanitized build that silently is not one would pass everything.
-if ! ldd "$b/gpuscope" | grep -q libasan; then echo "test-asan: $b/gpuscope is not linked with ASAN" >&2; exit 2; fi
+# A sanitized build that silently is not one would pass everything. ldd's output is captured
+# first: `ldd | grep -q` under pipefail fails whenever grep exits before ldd is done (SIGPIPE).
+libs=$(ldd "$b/gpuscope")
+if [[ $libs != *libasan* ]]; then echo "test-asan: $b/gpuscope is not linked with ASAN" >&2; exit 2; fi
 echo "test-asan: ASAN+UBSAN build in $((built - start)) s" >&2
 
 logs=$root/$b/sanitizer-logs

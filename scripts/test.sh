@@ -28,5 +28,7 @@ esac
 # The closing lines are the main ctest run's summary.
 echo "--- main ctest summary (build/)"
 sed -n '/tests passed\|tests failed out of/,$p' build/ctest-main.log
+# A failed fuzz target's key report lines (tests/fuzz/run_fuzzer.sh), else lost in a long log.
+for f in build/fuzz/artifacts/*.failure.txt; do [ -f "$f" ] && cat "$f"; done
 ((main_rc)) && exit "$main_rc"
 exit "$asan_rc"

@@ -5,6 +5,8 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -60,10 +62,12 @@ ElfSymbols ElfSymbols::read(const std::string& path, const Filter& keep, const F
       if (!gelf_getshdr(scn, &sh) || sh.sh_type != want || sh.sh_entsize == 0) continue;
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (!data) continue;
-      size_t n = sh.sh_size / sh.sh_entsize;
+      // sh_size is the file's claim; gelf_getsym fails past the data libelf really read, and
+      // every later index fails too, so a forged size ends the walk instead of spinning.
+      const size_t n = std::min<uint64_t>(sh.sh_size / sh.sh_entsize, INT_MAX);
       for (size_t i = 0; i < n; i++) {
         GElf_Sym s;
-        if (!gelf_getsym(data, static_cast<int>(i), &s)) continue;
+        if (!gelf_getsym(data, static_cast<int>(i), &s)) break;
         if (s.st_shndx == SHN_UNDEF || s.st_value == 0) continue;
         const bool object = GELF_ST_TYPE(s.st_info) == STT_OBJECT;
         if (GELF_ST_TYPE(s.st_info) != STT_FUNC && !(object && keep_objects)) continue;

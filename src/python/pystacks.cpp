@@ -6,6 +6,8 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <regex>
@@ -107,9 +109,12 @@ std::optional<ElfObjects> elf_objects(const std::string& path, const std::set<st
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh) || sh.sh_type != type || !sh.sh_entsize) continue;
         Elf_Data* d = elf_getdata(scn, nullptr);
-        for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+        // A forged sh_size must not spin: gelf_getsym fails past the data libelf read.
+        const size_t count = std::min<uint64_t>(sh.sh_size / sh.sh_entsize, INT_MAX);
+        for (size_t i = 0; d && i < count; i++) {
           GElf_Sym s;
-          if (!gelf_getsym(d, static_cast<int>(i), &s) || s.st_shndx == SHN_UNDEF || !s.st_value) continue;
+          if (!gelf_getsym(d, static_cast<int>(i), &s)) break;
+          if (s.st_shndx == SHN_UNDEF || !s.st_value) continue;
           const char* n = elf_strptr(e, sh.sh_link, s.st_name);
           if (n && want.count(n)) out.syms.try_emplace(n, s.st_value);
         }
