@@ -148,7 +148,7 @@ void GpuTimeCollector::forget_exited() {
   // Names of processes never told (they handed over before a rescan found them) go too.
   for (auto n = names_.begin(); n != names_.end();) {
     uint32_t pid = n->first.first;
-    if (told_.count(static_cast<pid_t>(pid)) || pid_exists(static_cast<pid_t>(pid))) {
+    if (told_.count(static_cast<pid_t>(pid)) || kept_pids_.count(pid) || pid_exists(static_cast<pid_t>(pid))) {
       n = names_.upper_bound({pid, UINT32_MAX});
       continue;
     }
@@ -160,7 +160,8 @@ void GpuTimeCollector::forget_exited() {
       continue;
     }
     uint32_t pid = static_cast<uint32_t>(it->first);
-    for (auto n = names_.lower_bound({pid, 0}); n != names_.end() && n->first.first == pid;) n = names_.erase(n);
+    if (!kept_pids_.count(pid))
+      for (auto n = names_.lower_bound({pid, 0}); n != names_.end() && n->first.first == pid;) n = names_.erase(n);
     for (auto b = busy_end_.lower_bound({pid, 0}); b != busy_end_.end() && b->first.first == pid;)
       b = busy_end_.erase(b);
     it = told_.erase(it);
@@ -214,6 +215,11 @@ void GpuTimeCollector::handle(const void* data, size_t size) {
   }
 }
 
+std::string GpuTimeCollector::kept_comm(uint32_t pid) const {
+  auto it = kept_pids_.find(pid);
+  return it == kept_pids_.end() ? "" : it->second;
+}
+
 std::string GpuTimeCollector::name(uint32_t pid, uint32_t id) const {
   auto it = names_.find({pid, id});
   return it == names_.end() ? "" : it->second;
@@ -229,9 +235,10 @@ void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
     records_++;
     if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) add_kernel(g);
     if (cfg_.keep_records) {
-      if (kept_.size() < cfg_.max_records)
+      if (kept_.size() < cfg_.max_records) {
         kept_.push_back(g);
-      else
+        if (!kept_pids_.count(g.pid)) kept_pids_[g.pid] = proc_comm(static_cast<pid_t>(g.pid));
+      } else
         lost_kept_++;
     }
     if (sink_) sink_(g);

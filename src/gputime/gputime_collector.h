@@ -90,6 +90,8 @@ class GpuTimeCollector {
   // (pid, device) -> nanoseconds in which at least one of the process's kernels ran.
   const std::map<std::pair<uint32_t, uint32_t>, uint64_t>& busy_ns() const { return busy_; }
   const std::vector<GpuRecord>& records() const { return kept_; }
+  // Command name of a process with kept records, read when its first record came.
+  std::string kept_comm(uint32_t pid) const;
   // Whether any copy of the library is probed, and whether any record came.
   bool probing() const { return !links_.empty(); }
   Stats stats() const;
@@ -121,6 +123,8 @@ class GpuTimeCollector {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_end_;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> dropped_;  // pid -> (cupti, lib), latest
   std::vector<GpuRecord> kept_;
+  // Processes with kept records: their names outlive them (the timeline is written at the end).
+  std::map<uint32_t, std::string> kept_pids_;
   uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0, rows_full_ = 0;
   uint32_t generation_ = 0;
 };

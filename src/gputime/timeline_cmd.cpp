@@ -112,7 +112,7 @@ int run_timeline(const TimelineOptions& o) {
   in.gpu = gpu.records();
   in.kernel_name = [&](uint32_t pid, uint32_t id) { return gpu.name(pid, id); };
   for (auto& g : in.gpu)
-    if (!in.comms.count(g.pid)) in.comms[g.pid] = proc_comm(g.pid);
+    if (!in.comms.count(g.pid)) in.comms[g.pid] = gpu.kept_comm(g.pid);
   if (in.gpu.empty())
     in.gpu_note = std::string("none: GPU spans need ") + kCuptiLibName +
                   " in the workload (CUDA_INJECTION64_PATH=" + cupti_lib_beside_self() + ", or gpuscope run -- CMD)";

@@ -275,3 +275,31 @@ TEST(GpuTime, BadInput) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << testing::PrintToString(args) << r.err;
   }
 }
+
+// The timeline is written when it ends: kernel names and the process's name must outlive a
+// process that exited well before then (exited processes' state goes at each full rescan, every 5 s).
+TEST(GpuTime, TimelineNamesOutliveTheProcess) {
+  std::string out = tmp_file("exited.json");
+  // By name, so that the timeline outlives the process (-p ends it when its process exits).
+  Process g({gpuscope_bin(), "timeline", "-d", "7", "-c", "gputime_feeder", "-o", out, "--pin-dir", "/nonexistent"});
+  ASSERT_TRUE(g.wait_for("recording a timeline", 30, true)) << g.err();
+  Process w({GT_FEEDER, CUPTI_LIB});
+  pid_t pid = ready_pid(w);
+  EXPECT_EQ(w.wait(30), 0) << w.out() << w.err();
+  auto exited = std::chrono::steady_clock::now();
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  EXPECT_GE(std::chrono::steady_clock::now() - exited, std::chrono::seconds(5));
+  json doc = json::parse(slurp(out));
+  size_t named = 0, spans = 0;
+  std::string process;
+  for (auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid) process = e["args"]["name"];
+    if (e["ph"] != "X" || e["cat"] != "gpu_kernel") continue;
+    spans++;
+    named += e["name"] == "alpha_kernel(float*)";
+  }
+  EXPECT_EQ(spans, kKernels);
+  EXPECT_EQ(named, kKernels);
+  EXPECT_NE(process.find("gputime_feeder"), std::string::npos) << process;
+  unlink(out.c_str());
+}
