@@ -6,6 +6,8 @@
 // attaches them then. Modes interleave round by round; the workload prints "ns_per_call=X";
 // each figure is the median over rounds.
 #include <CLI/CLI.hpp>
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -27,8 +29,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> libs;
   int rounds = 5;
   bool json_out = false;
-  app.add_option("--gpuscope", gpuscope, "gpuscope binary")->required();
-  app.add_option("--workload", workload, "Command that prints ns_per_call=X")->required();
+  bool hold = false;
+  app.add_option("--gpuscope", gpuscope, "gpuscope binary");
+  app.add_option("--workload", workload, "Command that prints ns_per_call=X");
+  // The floor as a third arm of a step-time comparison made elsewhere (tests/gpu check 97).
+  app.add_flag("--hold", hold, "Only attach the bare probes, print 'floor attached', hold them until SIGINT/SIGTERM");
   app.add_option("--lib", libs, "Libraries whose launch sites are probed")->required();
   app.add_option("--rounds", rounds, "Rounds (median reported)");
   std::string layer = "driver";
@@ -36,6 +41,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"driver", "both"}));
   app.add_flag("--json", json_out, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
+  if (!hold && (gpuscope.empty() || workload.empty())) {
+    fprintf(stderr, "kernels_overhead: --gpuscope and --workload are required (or --hold)\n");
+    return 2;
+  }
   set_libbpf_verbose(false);
   require_bpf_privileges();
 
@@ -78,6 +87,20 @@ int main(int argc, char** argv) {
     if (!err.empty()) throw std::runtime_error("attach: " + err);
     return links;
   };
+  if (hold) {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    auto links = attach_bare();
+    printf("floor attached: %zu probes\n", links.size());
+    fflush(stdout);
+    int sig;
+    sigwait(&stop, &sig);
+    destroy_links(links);
+    return 0;
+  }
   BareComparison c{"bare", "kernels", {}};
   std::vector<std::string> modes = c.modes();
   if (layer == "driver") modes.push_back("kernels_both");

@@ -3,10 +3,12 @@
 # `gpuscope agent` beside PyTorch, scraped with curl every 0.25 s:
 # 1. workloads/torch_train.py (already running): the launches scraped across its measured
 #    window equal torch.profiler's kernels for the same steps; the top series are recorded.
-# 2. workloads/torch_steps.py, a launch-bound loop: step time with the agent off, on with
-#    kernels only, and on with every collector, interleaved rounds of one run, as ratios of
-#    medians (goal: under 1% for kernels).
-# Needs in tests/gpu/bin: nothing but the gpuscope binary (python3, torch and curl on the host).
+# 2. workloads/torch_steps.py, a launch-bound loop: step time with the agent off, with the
+#    floor (bare counting uprobes on the same driver launch symbols: bin/kernels_overhead
+#    --hold), on with kernels only, and on with every collector, interleaved rounds of one run,
+#    as ratios of medians (goal: under 1% for kernels), and the agent's added cost over the floor's.
+# Needs in tests/gpu/bin: the gpuscope binary and kernels_overhead (build/tests/kernels_overhead);
+# python3, torch and curl on the host.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
@@ -63,15 +65,25 @@ python3 -B "$GPU_TESTS_DIR/lib/analyze_agent.py" "$D/scrapes" "$D/train.out" "$W
 cat "$OUT/counts.txt" >&2
 
 # 2. Step time: off, kernels, all, repeated; medians compared within this one run.
-ROUNDS=9
+ROUNDS=12
+FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
 python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/step_go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
 SW=$!
 track "$SW"
 wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
-modes=(off kernels all)
+modes=(off floor kernels all)
 for ((r = 0; r < ROUNDS; r++)); do
-  mode=${modes[$((r % 3))]}
+  mode=${modes[$((r % 4))]}
   case $mode in
+    floor)
+      [[ -x $FLOOR && -n $LIBCUDA ]] || { echo "$r off" >>"$D/skipped_floor.txt"; mode=off; }
+      if [[ $mode == floor ]]; then
+        "$FLOOR" --hold --lib "$LIBCUDA" >"$D/floor_r$r.out" 2>&1 &
+        AGENT_PID=$!
+        track "$AGENT_PID"
+        wait_for "$D/floor_r$r.out" 'floor attached' 60 "$AGENT_PID" || fail "floor did not attach: $(cat "$D/floor_r$r.out")"
+      fi
+      ;;
     kernels) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors kernels ;;
     all) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" ;;
   esac
@@ -91,8 +103,16 @@ for line in open(sys.argv[1]):
         j = json.loads(line[6:])
         by.setdefault(modes[str(j["round"])], []).extend(j["step_ms"])
 med = {m: statistics.median(v) for m, v in by.items()}
-print("step time medians: off %.4f ms, kernels %.4f ms (ratio %.4f), all collectors %.4f ms (ratio %.4f)" %
-      (med["off"], med["kernels"], med["kernels"] / med["off"], med["all"], med["all"] / med["off"]))
+line = "step time medians: off %.4f ms, kernels %.4f ms (ratio %.4f), all collectors %.4f ms (ratio %.4f)" % (
+    med["off"], med["kernels"], med["kernels"] / med["off"], med["all"], med["all"] / med["off"])
+if "floor" in med:
+    fl = med["floor"] - med["off"]
+    line += "; floor (bare uprobes on the same launch symbols) %.4f ms (ratio %.4f); added cost over the floor's: kernels %.2fx, all %.2fx" % (
+        med["floor"], med["floor"] / med["off"], (med["kernels"] - med["off"]) / fl if fl > 0 else float("nan"),
+        (med["all"] - med["off"]) / fl if fl > 0 else float("nan"))
+else:
+    line += "; no floor arm (bin/kernels_overhead missing)"
+print(line)
 PY
 cat "$OUT/steps.txt" >&2
 summary="$(head -n1 "$OUT/counts.txt"); $(cat "$OUT/steps.txt")"

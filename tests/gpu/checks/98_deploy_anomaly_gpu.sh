@@ -16,7 +16,8 @@ mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || skip "no torch with CUDA"
 D=${WORK:-/tmp/gpuscope-98}
-PINS=/sys/fs/bpf/gs98-$$
+BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
+PINS=$BPFFS/gs98-$$
 rm -rf "$D"
 mkdir -p "$D" "$PINS"
 trap '_cleanup; rm -rf "$PINS"' EXIT

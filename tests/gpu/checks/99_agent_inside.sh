@@ -14,8 +14,8 @@ GPUSCOPE=$1
 OUT=$2
 mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-PD=/sys/fs/bpf/gs99-$$
+BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
+PD=$BPFFS/gs99-$$
 mkdir -p "$PD"
 D=${WORK:-/tmp/gpuscope-99}
 rm -rf "$D"

@@ -153,3 +153,17 @@ probe_libs_for() {
   done
   return 0
 }
+
+# bpffs_dir: prints a bpffs directory for pins. /sys/fs/bpf when it is one (mounted here if the
+# directory exists); else a bpffs mounted at /run/gpuscope-gpu-bpffs (the GPU host has no
+# /sys/fs/bpf at all: its sysfs is a container's).
+bpffs_dir() {
+  if [[ -d /sys/fs/bpf ]]; then
+    mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+    if mountpoint -q /sys/fs/bpf; then echo /sys/fs/bpf; return; fi
+  fi
+  local d=/run/gpuscope-gpu-bpffs
+  mkdir -p "$d"
+  mountpoint -q "$d" || mount -t bpf bpf "$d" || return 1
+  echo "$d"
+}

@@ -1,5 +1,6 @@
 // Kernels that spin on %globaltimer for known times (50, 200, 1000, 5000 us), 20 launches
-// each, one at a time: for checks/86_gputime_spin.sh. Build: nvcc -O2 -o spin_kernels spin_kernels.cu
+// each, one at a time, after 20 of spin<0> (no spin: the GPU's fixed cost of a kernel, which
+// every span includes): for checks/86_gputime_spin.sh. Build: nvcc -O2 -o spin_kernels spin_kernels.cu
 #include <cstdio>
 
 __device__ unsigned long long globaltimer() {
@@ -25,6 +26,7 @@ void run(int n) {
 }
 
 int main() {
+  run<0>(20);
   run<50>(20);
   run<200>(20);
   run<1000>(20);
