@@ -6,7 +6,7 @@
 # (injected with --always: CUPTI's activity on and every buffer handed over; gpuscope's one
 # uprobe per buffer adds a trap per flush, ~10 a second, so it is left out here: no other
 # probe of gpuscope may weigh on the ratio). Goals for recording: <= 1.03 launch-bound,
-# <= 1.005 GPU-bound.
+# <= 1.005 GPU-bound. GS88_ROUNDS (default 5) sets the rounds.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
@@ -31,7 +31,7 @@ one() { # mode config round
   sed -n 's/^RESULT //p' <<<"$res" |
     python3 -c "import json,sys; print('$mode\t$cfg\t%.5f' % json.load(sys.stdin)['median_ms'])" >>"$OUT/results.tsv"
 }
-for round in 1 2 3 4 5; do
+for ((round = 1; round <= ${GS88_ROUNDS:-5}; round++)); do
   case $((round % 3)) in
     1) order="none idle recording" ;; 2) order="idle recording none" ;; *) order="recording none idle" ;;
   esac
