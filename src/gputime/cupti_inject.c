@@ -164,6 +164,17 @@ static uint32_t name_id(const char *s)
 	return 0;
 }
 
+/* The fields that CUPTI's kernel, memcpy, memset and synchronization records share by name. */
+#define fill_span(r, x, kind_)                       \
+	do {                                         \
+		(r)->kind = (kind_);                 \
+		(r)->start_ns = (x)->start;          \
+		(r)->end_ns = (x)->end;              \
+		(r)->context = (x)->contextId;       \
+		(r)->stream = (x)->streamId;         \
+		(r)->correlation = (x)->correlationId; \
+	} while (0)
+
 static struct gs_gt_record *next_slot(void)
 {
 	if (batch_n == GS_GT_BATCH_MAX)
@@ -182,13 +193,8 @@ static void convert(const CUpti_Activity *a)
 		const CUpti_ActivityKernel10 *k = (const void *)a;
 		uint32_t id = name_id(k->name);
 		r = next_slot();
-		r->kind = GS_GT_KERNEL;
-		r->start_ns = k->start;
-		r->end_ns = k->end;
+		fill_span(r, k, GS_GT_KERNEL);
 		r->device = k->deviceId;
-		r->context = k->contextId;
-		r->stream = k->streamId;
-		r->correlation = k->correlationId;
 		r->name_id = id;
 		r->grid[0] = (uint32_t)k->gridX, r->grid[1] = (uint32_t)k->gridY, r->grid[2] = (uint32_t)k->gridZ;
 		r->block[0] = (uint32_t)k->blockX, r->block[1] = (uint32_t)k->blockY, r->block[2] = (uint32_t)k->blockZ;
@@ -201,40 +207,25 @@ static void convert(const CUpti_Activity *a)
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
 		const CUpti_ActivityMemcpy6 *m = (const void *)a;
 		r = next_slot();
-		r->kind = GS_GT_MEMCPY;
+		fill_span(r, m, GS_GT_MEMCPY);
 		r->sub_kind = m->copyKind;
-		r->start_ns = m->start;
-		r->end_ns = m->end;
 		r->bytes = m->bytes;
 		r->device = m->deviceId;
-		r->context = m->contextId;
-		r->stream = m->streamId;
-		r->correlation = m->correlationId;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
 		const CUpti_ActivityMemset4 *m = (const void *)a;
 		r = next_slot();
-		r->kind = GS_GT_MEMSET;
-		r->start_ns = m->start;
-		r->end_ns = m->end;
+		fill_span(r, m, GS_GT_MEMSET);
 		r->bytes = m->bytes;
 		r->device = m->deviceId;
-		r->context = m->contextId;
-		r->stream = m->streamId;
-		r->correlation = m->correlationId;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
 		const CUpti_ActivitySynchronization2 *s = (const void *)a;
 		r = next_slot();
-		r->kind = GS_GT_SYNC;
+		fill_span(r, s, GS_GT_SYNC);
 		r->sub_kind = (uint8_t)s->type;
-		r->start_ns = s->start;
-		r->end_ns = s->end;
-		r->context = s->contextId;
-		r->stream = s->streamId;
-		r->correlation = s->correlationId;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_RUNTIME:
