@@ -82,17 +82,8 @@ void StarvationView::show(StarvationReport r) {
 }  // namespace
 
 int run_starvation(const StarvationOptions& o) {
-  StarvationCollector::Config cfg{o.pids,
-                                  o.comm,
-                                  o.min_gpu_mem_bytes,
-                                  o.min_idle_ms,
-                                  o.stale_threshold_ms,
-                                  o.pin_dir,
-                                  o.collect_ustack,
-                                  o.collect_kstack,
-                                  o.no_py_frames,
-                                  o.sample_hz,
-                                  !o.folded.empty() || !o.svg.empty()};
+  StarvationCollector::Config cfg = o.collector;
+  cfg.fold = !o.folded.empty() || !o.svg.empty();
   StarvationCollector::validate(cfg);
   for (const std::string* f : {&o.folded, &o.svg}) {
     if (f->empty()) continue;
@@ -105,8 +96,8 @@ int run_starvation(const StarvationOptions& o) {
   fprintf(stderr,
           "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
           "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
-          static_cast<unsigned long long>(o.min_idle_ms), static_cast<unsigned long long>(o.min_gpu_mem_bytes),
-          static_cast<unsigned long long>(o.stale_threshold_ms), o.sample_hz);
+          static_cast<unsigned long long>(cfg.min_idle_ms), static_cast<unsigned long long>(cfg.min_gpu_mem_bytes),
+          static_cast<unsigned long long>(cfg.stale_threshold_ms), cfg.sample_hz);
   StarvationView view(o);
   StopControl stop(o.duration_s);
   using clock = std::chrono::steady_clock;
