@@ -182,17 +182,20 @@ void GpuTimeCollector::forget_exited() {
 
 void GpuTimeCollector::watch(EventLoop& loop) {
   loop.watch(*rb_);
-  // The library arrives by dlopen at cuInit: noticed processes are scanned at once, every
-  // process only every 5 s (reading every maps file is what costs on a busy host).
+  // The library arrives by dlopen at cuInit: noticed processes are scanned on the tick after the
+  // next (0.5-1 s later), every process only every 5 s (reading every maps file is what costs on
+  // a busy host). The wait spares the processes that end sooner: reading the maps of each one as
+  // it started delayed the naming of their kernels (test Agent.BoundedCardinality).
   loop.every(0.5, [this] {
+    std::vector<pid_t> due;
+    due.swap(noticed_due_);
+    noticed_due_.swap(noticed_);
     if (++ticks_ % 10 == 0 || !cfg_.pids.empty()) {
-      noticed_.clear();
+      noticed_due_.clear();
       rescan();
-    } else if (!noticed_.empty()) {
-      std::vector<pid_t> v;
-      v.swap(noticed_);
-      for (pid_t p : v) told_.erase(p);  // an exec'd process maps the library anew, if at all
-      rescan(&v);
+    } else if (!due.empty()) {
+      for (pid_t p : due) told_.erase(p);  // an exec'd process maps the library anew, if at all
+      rescan(&due);
     } else {
       for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
     }

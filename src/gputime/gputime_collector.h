@@ -133,7 +133,7 @@ class GpuTimeCollector {
   std::vector<Link> links_;
   std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
   std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
-  std::vector<pid_t> noticed_;
+  std::vector<pid_t> noticed_, noticed_due_;
   unsigned ticks_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
   std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;
