@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: bench/agent_figures.sh BUILD_DIR
+# usage: [AGENT_ARGS="--collectors …"] bench/agent_figures.sh BUILD_DIR
 # The agent's footprint (docs/agent.md), on the stand-in libraries:
 # Every collector (the default list); no bridge runs here without NVML.
 # 1. RSS and BPF map memory (memlock of its map fds) with 100 traced processes alive;
@@ -19,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 "$B/gpuscope" agent --json --listen 127.0.0.1:0 -c agfig --lib "$L/libcuda.so.1" --lib "$L/libcudart.so.13" \
-  --bridge-pin-dir "${PIN_DIR:-/sys/fs/bpf}" >"$D/agent.jsonl" 2>"$D/agent.err" &
+  --bridge-pin-dir "${PIN_DIR:-/sys/fs/bpf}" ${AGENT_ARGS:-} >"$D/agent.jsonl" 2>"$D/agent.err" &
 AG=$!
 for _ in $(seq 100); do grep -q '"type":"agent"' "$D/agent.jsonl" 2>/dev/null && break; sleep 0.1; done
 PORT=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$D/agent.jsonl")

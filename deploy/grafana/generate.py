@@ -137,11 +137,24 @@ def starvation():
 
 def gputime():
     b = Board("gpuscope-kernel-time", "gpuscope / kernel GPU time",
-              "GPU time per kernel (needs the GPU-time library; empty without it)")
-    b.panel("GPU time per kernel (top N)", [t(
-        f"topk(20, sum by (comm, kernel) (rate(gpuscope_kernel_gpu_seconds_total{{{PROC}}}[$__rate_interval])))",
+              "GPU time per kernel and busy time per process and device, from libgpuscope-cupti.so's records "
+              "(gpuscope run -- CMD, or CUDA_INJECTION64_PATH); empty for processes without it")
+    b.panel("GPU time per kernel (top 20)", [t(
+        f"topk(20, sum by (comm, kernel) (rate(gpuscope_kernel_duration_seconds_sum{{{PROC}}}[$__rate_interval])))",
         "{{comm}} {{kernel}}")], unit="percentunit", w=24,
         desc="Seconds of GPU time per second: 1 = one kernel busy all the time")
+    b.panel("Mean kernel duration (top 20 by GPU time)", [t(
+        f"topk(20, sum by (comm, kernel) (rate(gpuscope_kernel_duration_seconds_sum{{{PROC}}}[$__rate_interval])) "
+        f"/ sum by (comm, kernel) (rate(gpuscope_kernel_duration_seconds_count{{{PROC}}}[$__rate_interval])))",
+        "{{comm}} {{kernel}}")], unit="s")
+    b.panel("Kernel durations", [dict(t(
+        f"sum by (le) (rate(gpuscope_kernel_duration_seconds_bucket{{{PROC}}}[$__rate_interval]))", "{{le}}"),
+        format="heatmap")], kind="heatmap", unit="s",
+        options={"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1})
+    b.panel("GPU busy per process and device", [t(
+        f"sum by (comm, pid, device) (rate(gpuscope_gpu_busy_seconds_total{{{PROC}}}[$__rate_interval]))",
+        "{{comm}} {{pid}} device {{device}}")], unit="percentunit", w=24,
+        desc="Share of the time in which at least one kernel of the process ran on the device")
     return b
 
 

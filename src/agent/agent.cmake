@@ -1,4 +1,4 @@
-# The agent: a view over the kernels, memleak and latency collectors, served over HTTP
+# The agent: a view over the collectors, served over HTTP
 # (libmicrohttpd's static archive; TLS is not built in, see gnutls_stubs.c).
 find_library(LIBMICROHTTPD_A NAMES libmicrohttpd.a REQUIRED)
 # Its own archive, linked after libmicrohttpd.a, whose references it satisfies.
@@ -6,7 +6,7 @@ add_library(gpuscope_tls_stubs STATIC ${CMAKE_CURRENT_LIST_DIR}/gnutls_stubs.c)
 add_library(gpuscope_agent STATIC ${CMAKE_CURRENT_LIST_DIR}/agent.cpp ${CMAKE_CURRENT_LIST_DIR}/agent_cmd.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prom.cpp ${CMAKE_CURRENT_LIST_DIR}/http.cpp ${CMAKE_CURRENT_LIST_DIR}/labels.cpp
   ${CMAKE_CURRENT_LIST_DIR}/devices.cpp ${CMAKE_CURRENT_LIST_DIR}/anomaly.cpp ${CMAKE_CURRENT_LIST_DIR}/governor.cpp)
-target_link_libraries(gpuscope_agent PUBLIC gpuscope_kernels gpuscope_memleak gpuscope_latency gpuscope_ioctl
+target_link_libraries(gpuscope_agent PUBLIC gpuscope_kernels gpuscope_memleak gpuscope_latency gpuscope_ioctl gpuscope_gputime
   gpuscope_starvation gpuscope_bridge ${LIBMICROHTTPD_A}
   gpuscope_tls_stubs pthread dl)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_agent)

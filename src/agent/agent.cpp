@@ -27,6 +27,27 @@ constexpr size_t kLeakReports = 100;  // ended processes kept for /api/leaks
 constexpr size_t kLeaksPerReport = 20;
 // API duration buckets: everything up to 1.023 µs in the first, up to about 17 s in the last.
 constexpr unsigned kFirstBucket = 9, kLastBucket = 33;
+// Kernel duration buckets: 4^i µs, 1 µs to 16.8 s. Kernels run from about a microsecond to
+// seconds; powers of 4 span that in 13 buckets (powers of 2 would double every kernel's series
+// within the same cardinality bound), and each bound is one of the collector's log2 bounds, so
+// the counts are exact.
+constexpr size_t kKernelBuckets = 13;
+
+const std::vector<double>& kernel_bounds_s() {
+  static const std::vector<double> b = [] {
+    std::vector<double> v;
+    for (size_t i = 0; i < kKernelBuckets; i++) v.push_back(static_cast<double>(uint64_t{1} << (2 * i)) * 1e-6);
+    return v;
+  }();
+  return b;
+}
+
+// The collector's (2^(k-1), 2^k] µs counts folded into kernel_bounds_s(), +Inf last.
+std::vector<uint64_t> kernel_bucket_counts(const KernelGpuTime& t) {
+  std::vector<uint64_t> c(kKernelBuckets + 1, 0);
+  for (size_t k = 0; k < KernelGpuTime::kBuckets; k++) c[std::min((k + 1) / 2, kKernelBuckets)] += t.le_log2_us[k];
+  return c;
+}
 
 std::string category_name(unsigned c) {
   switch (c) {
@@ -204,6 +225,33 @@ void AgentView::take_starvation(const StarvationReport& r, uint64_t seq, uint64_
   }
 }
 
+void AgentView::take_gputime(const std::vector<GpuTimeProcess>& procs) {
+  for (auto& g : procs) {
+    Proc* p = live_.count(g.pid) ? &live_[g.pid] : gone(g.pid);
+    if (!p) p = &proc(g.pid, g.comm);
+    if (p->comm.empty()) p->comm = g.comm;
+    p->has_gpu = true;
+    p->gpu_kernels = g.kernels;
+    p->gpu_busy_ns = g.busy_ns;
+    // Final values: not seen, so an ended process leaves with this refresh.
+    if (!g.exited && !p->exited) p->seen = true;
+  }
+}
+
+// As choose_named, ranked by GPU time: the kernels that take the GPU longest get their own series.
+void AgentView::choose_gpu_named(Proc& p) {
+  std::erase_if(p.gpu_named, [&](const std::string& k) { return !p.gpu_kernels.count(k); });
+  if (p.gpu_named.size() >= cfg_.max_kernels_per_process) return;
+  std::vector<std::pair<uint64_t, const std::string*>> fresh;
+  for (auto& [k, t] : p.gpu_kernels)
+    if (!p.gpu_named.count(k)) fresh.push_back({t.total_ns, &k});
+  std::stable_sort(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  for (auto& [_, k] : fresh) {
+    if (p.gpu_named.size() >= cfg_.max_kernels_per_process) break;
+    p.gpu_named.insert(*k);
+  }
+}
+
 void AgentView::choose_named(Proc& p) {
   // A row first seen unnamed ("[unknown …]") is renamed once its name is learnt: the old key goes.
   std::erase_if(p.named, [&](const KernelKey& k) { return !p.kernels.count(k); });
@@ -239,6 +287,7 @@ void AgentView::refresh(const AgentInput& in) {
       p.seen = true;
     }
   if (in.ioctl) take_ioctl(in);
+  if (in.gputime) take_gputime(*in.gputime);
   // Gone from every collector without an exit record (lost, or no exit hook).
   std::vector<uint32_t> vanished;
   for (auto& [pid, p] : live_)
@@ -265,8 +314,8 @@ void AgentView::refresh(const AgentInput& in) {
     if (!it->published_seq) it->published_seq = seq;
     ++it;
   }
-  for (auto& [_, p] : live_) choose_named(p);
-  for (auto& p : gone_) choose_named(p);
+  for (auto& [_, p] : live_) choose_named(p), choose_gpu_named(p);
+  for (auto& p : gone_) choose_named(p), choose_gpu_named(p);
   if (in.starvation) take_starvation(*in.starvation, seq, scraped);
 
   auto pub = std::make_shared<Published>();
@@ -511,6 +560,32 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
             {{"comm", c}, {"container", ctr}, {"pod", pod}, {"namespace", nsp}}, static_cast<double>(ns) / 1e9);
     }
   }
+  if (in.gputime) {
+    m.family("gpuscope_kernel_duration_seconds", T::histogram,
+             "GPU execution time of kernels per process and kernel, from libgpuscope-cupti.so's records; kernels "
+             "beyond the --max-kernels-per-process with the most GPU time are summed in kernel=\"other\"");
+    m.family("gpuscope_gpu_busy_seconds_total", T::counter,
+             "Time in which at least one kernel of the process ran on the device (overlapping kernels counted once)");
+    each([&](const Proc& p) {
+      if (!p.has_gpu) return;
+      auto l = plabels(p);
+      auto one = [&](const std::string& kernel, const KernelGpuTime& t) {
+        auto x = l;
+        x.push_back({"kernel", kernel});
+        m.histogram("gpuscope_kernel_duration_seconds", x, kernel_bounds_s(), kernel_bucket_counts(t),
+                    static_cast<double>(t.total_ns) / 1e9);
+      };
+      KernelGpuTime other;
+      for (auto& [k, t] : p.gpu_kernels)
+        if (p.gpu_named.count(k))
+          one(k, t);
+        else
+          other += t;
+      if (p.gpu_kernels.size() > p.gpu_named.size()) one("other", other);
+      for (auto& [dev, ns] : p.gpu_busy_ns)
+        m.add("gpuscope_gpu_busy_seconds_total", l, {{"device", std::to_string(dev)}}, static_cast<double>(ns) / 1e9);
+    });
+  }
   if (in.devices) add_device_metrics(m, *in.devices, in.hostname, in.bridge_age_s);
   m.family("gpuscope_events_lost_total", T::counter,
            "Events or calls a collector could not record, by collector and reason");
@@ -548,6 +623,11 @@ std::string AgentView::render_processes() {
     }
     if (p.has_ioctl) j.num("ioctl_calls", p.ioctl_calls).num("ioctl_errors", p.ioctl_errors);
     if (auto s = starving.find(p.pid); s != starving.end()) j.num("starving_cpu_ns", s->second);
+    if (p.has_gpu) {
+      j.begin_array("gpu_busy");
+      for (auto& [dev, ns] : p.gpu_busy_ns) j.begin_object().num("device", dev).num("busy_ns", ns).end_object();
+      j.end_array();
+    }
     j.end_object();
   };
   for (auto& [_, p] : live_) one(p);
@@ -569,12 +649,31 @@ std::string AgentView::render_kernels() {
       else
         other += n;
     std::sort(v.begin(), v.end(), [](auto& a, auto& c) { return a.first > c.first; });
-    auto row = [&](const std::string& k, const std::string& mod, uint64_t n) {
+    // GPU time goes on the first row of its kernel's name, under the same top-N rule as /metrics.
+    std::set<std::string> gpu_done;
+    KernelGpuTime gpu_other;
+    for (auto& [k, t] : p.gpu_kernels)
+      if (!p.gpu_named.count(k)) gpu_other += t;
+    bool has_gpu_other = p.gpu_kernels.size() > p.gpu_named.size();
+    auto row = [&](const std::string& k, const std::string& mod, uint64_t n, const KernelGpuTime* g) {
       j.begin_object().num("pid", p.pid).str("comm", p.comm).str("container", p.labels.container);
-      j.str("kernel", k).str("module", mod).num("launches", n).end_object();
+      j.str("kernel", k).str("module", mod).num("launches", n);
+      if (g) {
+        j.num("gpu_kernels", g->count).num("gpu_time_ns", g->total_ns);
+        j.num("gpu_mean_ns", g->count ? g->total_ns / g->count : 0).num("gpu_max_ns", g->max_ns);
+      }
+      j.end_object();
     };
-    for (auto& [n, k] : v) row(k->first, k->second, n);
-    if (p.kernels.size() > p.named.size()) row("other", "", other);
+    auto gpu_of = [&](const std::string& k) -> const KernelGpuTime* {
+      if (!p.gpu_named.count(k) || !gpu_done.insert(k).second) return nullptr;
+      return &p.gpu_kernels.at(k);
+    };
+    for (auto& [n, k] : v) row(k->first, k->second, n, gpu_of(k->first));
+    // Kernels timed on the GPU that no counted launch names (launched before the agent came).
+    for (auto& k : p.gpu_named)
+      if (!gpu_done.count(k)) row(k, "", 0, &p.gpu_kernels.at(k));
+    if (p.kernels.size() > p.named.size() || has_gpu_other)
+      row("other", "", other, has_gpu_other ? &gpu_other : nullptr);
   };
   for (auto& [_, p] : live_) one(p);
   for (auto& p : gone_) one(p);

@@ -22,6 +22,7 @@
 #include "agent/http.h"
 #include "agent/labels.h"
 #include "agent/prom.h"
+#include "gputime/gputime_collector.h"
 #include "ioctl/ioctl_collector.h"
 #include "kernels/kernels_collector.h"
 #include "latency/latency_collector.h"
@@ -38,13 +39,14 @@ struct CollectorStatus {
 
 // What one refresh hands the view.
 struct AgentInput {
-  const std::vector<KernelRow>* kernels = nullptr;     // null: collector off
-  const MemleakSnapshot* memleak = nullptr;            // null: collector off
-  const LatencySnapshot* latency = nullptr;            // null: collector off
-  const std::vector<DeviceSample>* devices = nullptr;  // null: bridge off or not readable
-  const IoctlSnapshot* ioctl = nullptr;                // null: collector off
-  unsigned uvm_major = 0;                              // nvidia-uvm's major, for ioctl names
-  const StarvationReport* starvation = nullptr;        // null: collector off
+  const std::vector<KernelRow>* kernels = nullptr;       // null: collector off
+  const MemleakSnapshot* memleak = nullptr;              // null: collector off
+  const LatencySnapshot* latency = nullptr;              // null: collector off
+  const std::vector<DeviceSample>* devices = nullptr;    // null: bridge off or not readable
+  const IoctlSnapshot* ioctl = nullptr;                  // null: collector off
+  unsigned uvm_major = 0;                                // nvidia-uvm's major, for ioctl names
+  const StarvationReport* starvation = nullptr;          // null: collector off
+  const std::vector<GpuTimeProcess>* gputime = nullptr;  // null: collector off
   std::string hostname;
   double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for
@@ -90,6 +92,10 @@ class AgentView {
     gs_ml_proc mem{};
     bool has_ioctl = false;
     uint64_t ioctl_calls = 0, ioctl_errors = 0;
+    bool has_gpu = false;
+    std::map<std::string, KernelGpuTime> gpu_kernels;  // by kernel name
+    std::map<uint32_t, uint64_t> gpu_busy_ns;          // by device
+    std::set<std::string> gpu_named;                   // GPU-time kernels with their own series (sticky)
     bool exited = false;
     std::chrono::steady_clock::time_point exited_at{};
     uint64_t published_seq = 0;  // the first publication that held its final values
@@ -134,8 +140,10 @@ class AgentView {
   void set_kernels(Proc& p, const std::vector<KernelRow>& rows);
   void take_ioctl(const AgentInput& in);
   void take_starvation(const StarvationReport& r, uint64_t seq, uint64_t scraped);
+  void take_gputime(const std::vector<GpuTimeProcess>& procs);
   static CommKey comm_key(const Proc& p) { return {p.comm, p.labels.container, p.labels.pod, p.labels.ns}; }
   void choose_named(Proc& p);
+  void choose_gpu_named(Proc& p);
   std::string render_metrics(const AgentInput& in, size_t* series);
   std::string render_processes();
   std::string render_kernels();

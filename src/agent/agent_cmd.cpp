@@ -30,7 +30,7 @@ struct AgentOptions {
   CommonFlags common;
   Scope scope;
   std::string listen = "127.0.0.1:9400";
-  std::string collectors = "kernels,memleak,latency,ioctl,starvation,bridge";
+  std::string collectors = "kernels,memleak,latency,ioctl,starvation,gputime,bridge";
   std::string pin_dir = "/sys/fs/bpf";
   std::string nvml = "libnvidia-ml.so.1";
   unsigned max_kernels = 50;
@@ -44,9 +44,13 @@ struct AgentOptions {
   // Map sizes for an always-on process beside others (the subcommands keep their larger ones):
   // the agent's BPF maps stay within 20 MB.
   uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024, max_threads = 4096;
+  // GPU time: 1 MiB of ring buffer holds 6 full hand-offs (2048 records each), drained as they
+  // come; the subcommands' 8 MiB would put the agent's maps past 20 MB.
+  uint32_t gpu_ring_bytes = 1u << 20;
+  size_t max_gpu_kernel_rows = 16384;
 };
 
-const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "bridge"};
+const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "gputime", "bridge"};
 
 std::vector<std::string> parse_collectors(const std::string& list) {
   std::vector<std::string> out;
@@ -55,7 +59,7 @@ std::vector<std::string> parse_collectors(const std::string& list) {
     if (c.empty()) continue;
     if (std::find(kServed.begin(), kServed.end(), c) == kServed.end())
       throw UsageError("unknown collector '" + c +
-                       "' in --collectors; known: kernels, memleak, latency, ioctl, starvation, bridge");
+                       "' in --collectors; known: kernels, memleak, latency, ioctl, starvation, gputime, bridge");
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   if (out.empty()) throw UsageError("--collectors must name at least one collector");
@@ -124,6 +128,17 @@ int run_agent(const AgentOptions& o) {
     ioctl = std::make_unique<IoctlCollector>(
         IoctlCollector::Config{o.scope.pids, o.scope.comm, false, false, o.max_ioctl_rows});
   });
+  // Costs nothing where no process loads libgpuscope-cupti.so: one uprobe per handed buffer.
+  std::unique_ptr<GpuTimeCollector> gputime;
+  start("gputime", [&] {
+    GpuTimeCollector::Config c;
+    c.pids = o.scope.pids;
+    c.comm = o.scope.comm;
+    c.max_kernel_rows = o.max_gpu_kernel_rows;
+    c.ring_bytes = o.gpu_ring_bytes;
+    c.release_exited = true;
+    gputime = std::make_unique<GpuTimeCollector>(std::move(c));
+  });
   // Device series: a running bridge's pins, else a bridge run here (before starvation, which
   // reads the same pins).
   std::unique_ptr<BridgeReader> bridge;
@@ -177,6 +192,8 @@ int run_agent(const AgentOptions& o) {
     kernels->on_exit([&](uint32_t pid, const std::vector<KernelRow>& rows) { view.kernels_exited(pid, rows); });
   if (memleak)
     memleak->on_end([&](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { view.memleak_ended(p, l); });
+  // The library comes by dlopen at cuInit: the session's notice has it scanned at once.
+  if (gputime) session.on_maps_changed([&](pid_t pid) { gputime->notice(pid); });
   bool session_started = false;
   if (kernels || memleak || latency) {
     try {
@@ -193,10 +210,20 @@ int run_agent(const AgentOptions& o) {
   }
   if (kernels) kernels->start(session);
   if (memleak) memleak->start(session);
+  if (gputime) {
+    try {
+      gputime->start();
+    } catch (const std::exception& e) {
+      std::erase_if(status, [](auto& c) { return c.name == "gputime"; });
+      down("gputime", e.what());
+      gputime.reset();
+    }
+  }
 
   EventLoop loop(o.common.duration_s);
   if (kernels) kernels->watch(loop);
   if (memleak) memleak->watch(loop);
+  if (gputime) gputime->watch(loop);
   if (session_started) session.watch(loop, false);
   // The rules read what each refresh reads; the governor slows the refreshes (the collectors' map
   // walks are the agent's main cost) when the agent's CPU passes --max-cpu-percent.
@@ -303,6 +330,19 @@ int run_agent(const AgentOptions& o) {
       in.lost[{"starvation", "stack_map_full"}] = s.lost_stacks;
       in.lost[{"starvation", "folded_stacks_full"}] = view.folded_lost();
     }
+    std::vector<GpuTimeProcess> gt;
+    if (gputime) {
+      gt = gputime->snapshot();
+      in.gputime = &gt;
+      auto s = gputime->stats();
+      in.lost[{"gputime", "ring_buffer_full"}] = s.lost_ringbuf;
+      in.lost[{"gputime", "unreadable"}] = s.lost_read;
+      in.lost[{"gputime", "over_batch_limit"}] = s.lost_too_many;
+      in.lost[{"gputime", "names_lost"}] = s.lost_names;
+      in.lost[{"gputime", "row_map_full"}] = s.rows_full;
+      in.lost[{"gputime", "cupti_no_buffer"}] = s.cupti_dropped;
+      in.lost[{"gputime", "library_dropped"}] = s.lib_dropped;
+    }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
     {
       std::vector<AnomalyRules::ProcMem> pm;
@@ -338,6 +378,15 @@ int run_agent(const AgentOptions& o) {
         in.collectors.push_back({"starvation", true, ""});
       else
         in.collectors.push_back({"starvation", false, starvation_note});
+    }
+    if (gputime) {
+      // Up while a copy of the library is probed: beside gpuscope, or one a process in scope loaded.
+      std::erase_if(in.collectors, [](auto& c) { return c.name == "gputime"; });
+      in.collectors.push_back({"gputime", gputime->probing(),
+                               gputime->probing()
+                                   ? ""
+                                   : "no libgpuscope-cupti.so probed: none beside gpuscope (" +
+                                         cupti_lib_beside_self() + ") and no process in scope has loaded one"});
     }
     std::vector<DeviceSample> devs;
     if (bridge) {
@@ -391,7 +440,13 @@ int run_agent(const AgentOptions& o) {
     bridge_thread.request_stop();
     bridge_thread.join();
   }
-  session.detach();
+  {
+    // Each detach waits for an RCU grace period: the GPU-time probes go while the session's do.
+    std::jthread gpu_stop([&] {
+      if (gputime) gputime->stop();
+    });
+    session.detach();
+  }
   if (kernels) kernels->drain();
   if (memleak) memleak->drain();
   if (ioctl) ioctl->detach();
@@ -415,7 +470,7 @@ void register_agent(CLI::App& app) {
   add_scope_flags(cmd, o->scope);
   cmd->add_option("--listen", o->listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)");
   cmd->add_option("--collectors", o->collectors,
-                  "Comma-separated collectors (default kernels,memleak,latency,ioctl,starvation,bridge)");
+                  "Comma-separated collectors (default kernels,memleak,latency,ioctl,starvation,gputime,bridge)");
   add_number(cmd, "--max-kernels-per-process", o->max_kernels,
              "Kernel series per process; the rest are summed in kernel=\"other\" (default 50)", "kernels", 1, 100000);
   add_number(cmd, "--interval", o->interval_s, "Refresh what is served every SECONDS (default 1)", "seconds", 0.05,

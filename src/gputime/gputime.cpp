@@ -17,6 +17,18 @@
 
 namespace gpuscope {
 
+namespace {
+
+// Not gone and not a zombie (whose records have all been handed over).
+bool process_alive(pid_t pid) {
+  auto stat = read_file_opt("/proc/" + std::to_string(pid) + "/stat");
+  if (pid <= 0 || !stat) return false;
+  auto p = stat->rfind(')');
+  return p == std::string::npos || p + 2 >= stat->size() || ((*stat)[p + 2] != 'Z' && (*stat)[p + 2] != 'X');
+}
+
+}  // namespace
+
 std::string cupti_lib_beside_self() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -47,6 +59,7 @@ GpuTimeCollector::GpuTimeCollector(Config cfg) : cfg_(std::move(cfg)), skel_(nul
   skel_.reset(gputime_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
   set_comm_filter(skel_->rodata, cfg_.comm);
+  if (cfg_.ring_bytes) bpf_map__set_max_entries(skel_->maps.gs_gt_events, cfg_.ring_bytes);
   int err = gputime_bpf__load(skel_.get());
   if (err)
     throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
@@ -170,17 +183,20 @@ void GpuTimeCollector::forget_exited() {
 
 void GpuTimeCollector::watch(EventLoop& loop) {
   loop.watch(*rb_);
-  // The library arrives by dlopen at cuInit: noticed processes are scanned at once, every
-  // process only every 5 s (reading every maps file is what costs on a busy host).
+  // The library arrives by dlopen at cuInit: noticed processes are scanned on the tick after the
+  // next (0.5-1 s later), every process only every 5 s (reading every maps file is what costs on
+  // a busy host). The wait spares the processes that end sooner: reading the maps of each one as
+  // it started delayed the naming of their kernels (test Agent.BoundedCardinality).
   loop.every(0.5, [this] {
+    std::vector<pid_t> due;
+    due.swap(noticed_due_);
+    noticed_due_.swap(noticed_);
     if (++ticks_ % 10 == 0 || !cfg_.pids.empty()) {
-      noticed_.clear();
+      noticed_due_.clear();
       rescan();
-    } else if (!noticed_.empty()) {
-      std::vector<pid_t> v;
-      v.swap(noticed_);
-      for (pid_t p : v) told_.erase(p);  // an exec'd process maps the library anew, if at all
-      rescan(&v);
+    } else if (!due.empty()) {
+      for (pid_t p : due) told_.erase(p);  // an exec'd process maps the library anew, if at all
+      rescan(&due);
     } else {
       for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
     }
@@ -245,6 +261,24 @@ void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
   }
 }
 
+void KernelGpuTime::add(uint64_t d) {
+  count++;
+  total_ns += d;
+  max_ns = std::max(max_ns, d);
+  // The least k with d <= 2^k µs: 2^k >= d/1000 exactly when 2^k >= ceil(d/1000).
+  uint64_t us_up = (d + 999) / 1000;
+  size_t k = us_up <= 1 ? 0 : static_cast<size_t>(64 - __builtin_clzll(us_up - 1));
+  le_log2_us[std::min(k, kBuckets - 1)]++;
+}
+
+KernelGpuTime& KernelGpuTime::operator+=(const KernelGpuTime& o) {
+  count += o.count;
+  total_ns += o.total_ns;
+  max_ns = std::max(max_ns, o.max_ns);
+  for (size_t k = 0; k < kBuckets; k++) le_log2_us[k] += o.le_log2_us[k];
+  return *this;
+}
+
 void GpuTimeCollector::add_kernel(const GpuRecord& g) {
   uint64_t d = g.r.end_ns - g.r.start_ns;
   std::string nm = name(g.pid, g.r.name_id);
@@ -252,19 +286,15 @@ void GpuTimeCollector::add_kernel(const GpuRecord& g) {
   auto key = std::make_pair(g.pid, std::move(nm));
   auto ti = times_.find(key);
   if (ti == times_.end()) {
-    if (times_.size() >= kMaxKernelRows) {
+    if (times_.size() >= cfg_.max_kernel_rows) {
       rows_full_++;
       return;
     }
     ti = times_.emplace(std::move(key), KernelGpuTime{}).first;
+    // Read while the process is likely alive: a view may want it after the process has gone.
+    if (!comms_.count(g.pid)) comms_[g.pid] = proc_comm(static_cast<pid_t>(g.pid));
   }
-  auto& t = ti->second;
-  t.count++;
-  t.total_ns += d;
-  t.max_ns = std::max(t.max_ns, d);
-  uint64_t us = d / 1000;
-  unsigned k = us ? std::min(31, 63 - __builtin_clzll(us)) : 0;
-  t.log2_us[k]++;
+  ti->second.add(d);
   // Busy time: the union of the process's kernels on the device, as records arrive (CUPTI
   // delivers them in completion order per context).
   auto dev = std::make_pair(g.pid, g.r.device);
@@ -278,7 +308,7 @@ void report_gpu_losses(const GpuTimeCollector::Stats& s) {
   uint64_t lost = s.lost_ringbuf + s.lost_read + s.lost_too_many + s.lost_kept + s.cupti_dropped;
   if (s.rows_full)
     fprintf(stderr, "gpuscope: %llu kernel records not in GPU time: %zu (process, kernel) rows already kept\n",
-            (unsigned long long)s.rows_full, GpuTimeCollector::kMaxKernelRows);
+            (unsigned long long)s.rows_full, s.max_kernel_rows);
   if (!lost && !s.lost_names && !s.lib_dropped) return;
   fprintf(stderr,
           "gpuscope: GPU records lost: %llu (ring buffer full), %llu (unreadable), %llu (over %u in one hand-off), "
@@ -300,13 +330,59 @@ GpuTimeCollector::Stats GpuTimeCollector::stats() const {
   s.lost_names = percpu_sum(fd, GS_GT_DROP_NAME);
   s.lost_kept = lost_kept_;
   s.rows_full = rows_full_;
+  s.cupti_dropped = dropped_released_.first;
+  s.lib_dropped = dropped_released_.second;
   for (auto& [_, d] : dropped_) {
     s.cupti_dropped += d.first;
     s.lib_dropped += d.second;
   }
   s.files = files_.size();
   s.processes = told_.size();
+  s.max_kernel_rows = cfg_.max_kernel_rows;
   return s;
+}
+
+std::vector<GpuTimeProcess> GpuTimeCollector::snapshot() {
+  drain();
+  std::map<uint32_t, GpuTimeProcess> by_pid;
+  auto get = [&](uint32_t pid) -> GpuTimeProcess& {
+    auto& p = by_pid[pid];
+    if (!p.pid) {
+      p.pid = pid;
+      if (auto c = comms_.find(pid); c != comms_.end()) p.comm = c->second;
+      // Records were handed over before the process ended, so they are all drained by now.
+      p.exited = !process_alive(static_cast<pid_t>(pid));
+    }
+    return p;
+  };
+  for (auto& [key, t] : times_) get(key.first).kernels[key.second] = t;
+  for (auto& [key, ns] : busy_) get(key.first).busy_ns[key.second] = ns;
+  std::vector<GpuTimeProcess> out;
+  out.reserve(by_pid.size());
+  for (auto& [pid, p] : by_pid) {
+    if (cfg_.release_exited && p.exited) release(pid);
+    out.push_back(std::move(p));
+  }
+  if (cfg_.release_exited) {
+    // Processes that handed over no kernel, only copies or drop counts.
+    std::vector<uint32_t> ended;
+    for (auto& [pid, _] : dropped_)
+      if (!by_pid.count(pid) && !process_alive(static_cast<pid_t>(pid))) ended.push_back(pid);
+    for (uint32_t pid : ended) release(pid);
+  }
+  return out;
+}
+
+void GpuTimeCollector::release(uint32_t pid) {
+  times_.erase(times_.lower_bound({pid, std::string()}), times_.lower_bound({pid + 1, std::string()}));
+  busy_.erase(busy_.lower_bound({pid, 0}), busy_.lower_bound({pid + 1, 0}));
+  busy_end_.erase(busy_end_.lower_bound({pid, 0}), busy_end_.lower_bound({pid + 1, 0}));
+  comms_.erase(pid);
+  if (auto d = dropped_.find(pid); d != dropped_.end()) {
+    dropped_released_.first += d->second.first;
+    dropped_released_.second += d->second.second;
+    dropped_.erase(d);
+  }
 }
 
 }  // namespace gpuscope

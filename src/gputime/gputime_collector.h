@@ -27,13 +27,26 @@ namespace gpuscope {
 inline constexpr const char* kCuptiLibName = "libgpuscope-cupti.so";
 std::string cupti_lib_beside_self();
 
-// GPU time of one kernel name in one process. log2_us[k] counts durations in
-// [2^k, 2^(k+1)) microseconds (k = 0 also takes shorter ones): a histogram an agent can export.
+// GPU time of one kernel name in one process. le_log2_us[k] counts durations in
+// (2^(k-1), 2^k] microseconds (k = 0: up to 1 µs; the last also takes longer ones): upper
+// bounds inclusive, as a Prometheus histogram's `le`, so an agent exports it as it is.
 struct KernelGpuTime {
+  static constexpr size_t kBuckets = 32;
   uint64_t count = 0;
   uint64_t total_ns = 0;
   uint64_t max_ns = 0;
-  std::array<uint64_t, 32> log2_us{};
+  std::array<uint64_t, kBuckets> le_log2_us{};
+  void add(uint64_t duration_ns);
+  KernelGpuTime& operator+=(const KernelGpuTime& o);
+};
+
+// One process's GPU time, for a view that outlives processes (the agent).
+struct GpuTimeProcess {
+  uint32_t pid = 0;
+  std::string comm;  // read when its first record came ("" if it had gone by then)
+  bool exited = false;
+  std::map<std::string, KernelGpuTime> kernels;  // by kernel name
+  std::map<uint32_t, uint64_t> busy_ns;          // by device: ns in which at least one of its kernels ran
 };
 
 // One record as delivered: times already on CLOCK_BOOTTIME.
@@ -44,12 +57,16 @@ struct GpuRecord {
 
 class GpuTimeCollector {
  public:
+  static constexpr size_t kMaxKernelRows = 65536;  // (pid, kernel) rows of GPU time kept, by default
   struct Config {
     std::vector<pid_t> pids;        // -p: only these processes
     std::string comm;               // -c
     std::vector<std::string> libs;  // also these copies of the library
     bool keep_records = false;      // the timeline wants every record
     size_t max_records = 2u << 20;  // bound of what is kept (88 bytes each); past it counted as lost
+    size_t max_kernel_rows = kMaxKernelRows;
+    uint32_t ring_bytes = 0;      // the ring buffer's size (a power of 2 of pages); 0: the BPF object's 8 MiB
+    bool release_exited = false;  // snapshot() forgets an ended process after the one holding its final values
   };
   struct Stats {
     uint64_t records = 0, names = 0;
@@ -60,10 +77,9 @@ class GpuTimeCollector {
     uint64_t lib_dropped = 0;
     size_t files = 0;      // copies of the library probed
     size_t processes = 0;  // processes told that gpuscope is attached
+    size_t max_kernel_rows = 0;
   };
   using Sink = std::function<void(const GpuRecord&)>;
-
-  static constexpr size_t kMaxKernelRows = 65536;  // (pid, kernel) rows of GPU time kept
 
   explicit GpuTimeCollector(Config cfg);
   ~GpuTimeCollector();
@@ -89,6 +105,9 @@ class GpuTimeCollector {
   const std::map<std::pair<uint32_t, std::string>, KernelGpuTime>& kernel_times() const { return times_; }
   // (pid, device) -> nanoseconds in which at least one of the process's kernels ran.
   const std::map<std::pair<uint32_t, uint32_t>, uint64_t>& busy_ns() const { return busy_; }
+  // Drains, then every process with GPU time, by pid. With release_exited, a process that has
+  // ended is in it once more (exited), with its final values, and then forgotten.
+  std::vector<GpuTimeProcess> snapshot();
   const std::vector<GpuRecord>& records() const { return kept_; }
   // Command name of a process with kept records, read when its first record came.
   std::string kept_comm(uint32_t pid) const;
@@ -107,6 +126,7 @@ class GpuTimeCollector {
   bool probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid);
   void tell(pid_t pid, uint64_t control_addr, uint32_t value);
   void forget_exited();
+  void release(uint32_t pid);
 
   Config cfg_;
   Sink sink_;
@@ -115,13 +135,15 @@ class GpuTimeCollector {
   std::vector<Link> links_;
   std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
   std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
-  std::vector<pid_t> noticed_;
+  std::vector<pid_t> noticed_, noticed_due_;
   unsigned ticks_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
   std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> busy_end_;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> dropped_;  // pid -> (cupti, lib), latest
+  std::pair<uint64_t, uint64_t> dropped_released_{};           // the same, of processes forgotten
+  std::map<uint32_t, std::string> comms_;
   std::vector<GpuRecord> kept_;
   // Processes with kept records: their names outlive them (the timeline is written at the end).
   std::map<uint32_t, std::string> kept_pids_;

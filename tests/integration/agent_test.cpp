@@ -122,16 +122,17 @@ std::vector<Sample> where(const std::vector<Sample>& v, const std::map<std::stri
   return out;
 }
 
-// A workload name only this test process uses: a link to standin_app (comm is the link's name).
+// A workload name only this test process uses: a link to standin_app, or to `target` (comm is
+// the link's name).
 class Workload {
  public:
-  Workload() {
+  explicit Workload(const std::string& target = standin_app(), const std::string& prefix = "agwl") {
     dir_ = "/tmp/gs-agent-" + std::to_string(getpid());
     mkdir(dir_.c_str(), 0755);
-    comm_ = "agwl" + std::to_string(getpid() % 1000000);
+    comm_ = prefix + std::to_string(getpid() % 1000000);
     path_ = dir_ + "/" + comm_;
     unlink(path_.c_str());
-    if (symlink(standin_app().c_str(), path_.c_str()) != 0) throw std::runtime_error("symlink");
+    if (symlink(target.c_str(), path_.c_str()) != 0) throw std::runtime_error("symlink");
   }
   ~Workload() { (void)system(("rm -rf " + dir_).c_str()); }
   const std::string& comm() const { return comm_; }
@@ -349,7 +350,8 @@ TEST(Agent, MetricsAndApi) {
   auto h = a.api("/api/health");
   EXPECT_EQ(h["status"], "degraded");
   // Starvation needs the bridge's pins: the pin directory is not on bpffs, so it is off too.
-  ASSERT_EQ(h["collectors"].size(), 6u);
+  // gputime is up: the library beside gpuscope is probed.
+  ASSERT_EQ(h["collectors"].size(), 7u);
   for (auto& c : h["collectors"]) {
     EXPECT_EQ(c["up"].get<bool>(), c["name"] != "bridge" && c["name"] != "starvation") << c.dump();
     if (c["name"] == "bridge") EXPECT_NE(c["why"].get<std::string>().find("no bridge running"), std::string::npos);
@@ -357,7 +359,7 @@ TEST(Agent, MetricsAndApi) {
       EXPECT_NE(c["why"].get<std::string>().find("is not a directory on bpffs"), std::string::npos) << c.dump();
   }
   EXPECT_EQ(http_get(a.port(), "/api/starvation/folded").status, 503);
-  for (const char* c : {"kernels", "memleak", "latency", "ioctl"})
+  for (const char* c : {"kernels", "memleak", "latency", "ioctl", "gputime"})
     EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", c}}), 1) << c;
   EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "bridge"}}), 0);
   EXPECT_TRUE(samples(m, "gpuscope_gpu_utilization_ratio").empty());
@@ -392,6 +394,107 @@ TEST(Agent, PromtoolCheckMetrics) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, "") << r.out;
   EXPECT_EQ(a.stop(), 0);
+}
+
+// GPU time: a process hands libgpuscope-cupti.so's exported function a known record set
+// (gputime_feeder agent: 3 kernels on 2 devices, durations on and just past the bucket bounds,
+// overlapping intervals). With --max-kernels-per-process 2 the kernel with the least GPU time is
+// in "other"; every bucket, _sum, _count and the busy seconds per device are exact; promtool
+// finds nothing to say; the process's series go once a scrape has seen its final values.
+TEST(Agent, GpuTimeSeries) {
+  ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool not installed (scripts/deps.sh installs it)";
+  Workload w(GT_FEEDER, "aggt");
+  Agent a(w, {"--max-kernels-per-process", "2"});
+  Process f({w.path(), CUPTI_LIB, "agent"});
+  pid_t fp = ready_pid(f);
+  ASSERT_TRUE(f.wait_for("fed 10", 30)) << f.out() << f.err() << a.proc().err();
+  std::string ps = std::to_string(fp);
+  const std::string kd = "gpuscope_kernel_duration_seconds";
+  auto count = [&](const std::string& t, const std::string& kernel) {
+    return value_of(t, kd + "_count", {{"pid", ps}, {"kernel", kernel}});
+  };
+  std::string m = scrape_until(a, [&](const std::string& t) {
+    return count(t, "alpha_kernel(float*)") == 5 && count(t, "beta_kernel()") == 2 && count(t, "other") == 3;
+  });
+  ASSERT_NE(m, "") << a.metrics();
+  // Cumulative counts at le = 4^i us, i = 0..12, then +Inf.
+  const std::vector<std::string> les = {"1e-06",    "4e-06",    "1.6e-05",  "6.4e-05",  "0.000256",
+                                        "0.001024", "0.004096", "0.016384", "0.065536", "0.262144",
+                                        "1.048576", "4.194304", "16.777216", "+Inf"};
+  const std::map<std::string, std::vector<double>> want = {
+      // 1 us, 1.001 us, 4 us, 64 us, 3 s
+      {"alpha_kernel(float*)", {1, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5}},
+      // 500 us, 20 s
+      {"beta_kernel()", {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2}},
+      // gamma_kernel: 100 ns three times
+      {"other", {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}}};
+  for (auto& [kernel, cum] : want) {
+    auto b = where(samples(m, kd + "_bucket"), {{"pid", ps}, {"kernel", kernel}});
+    ASSERT_EQ(b.size(), les.size()) << kernel << "\n" << m;
+    for (size_t i = 0; i < les.size(); i++) {
+      EXPECT_EQ(b[i].labels["le"], les[i]) << kernel;
+      EXPECT_EQ(b[i].value, cum[i]) << kernel << " le=" << les[i];
+      EXPECT_EQ(b[i].labels["comm"], w.comm());
+      EXPECT_EQ(b[i].labels.count("container"), 1u);
+    }
+  }
+  EXPECT_EQ(value_of(m, kd + "_sum", {{"pid", ps}, {"kernel", "alpha_kernel(float*)"}}), 3.000070001);
+  EXPECT_EQ(value_of(m, kd + "_sum", {{"pid", ps}, {"kernel", "beta_kernel()"}}), 20.0005);
+  EXPECT_EQ(value_of(m, kd + "_sum", {{"pid", ps}, {"kernel", "other"}}), 3e-7);
+  EXPECT_TRUE(where(samples(m, kd + "_count"), {{"pid", ps}, {"kernel", "gamma_kernel"}}).empty());
+  EXPECT_EQ(where(samples(m, kd + "_count"), {{"pid", ps}}).size(), 3u);
+  // The union of the process's kernels per device: overlaps counted once.
+  EXPECT_EQ(value_of(m, "gpuscope_gpu_busy_seconds_total", {{"pid", ps}, {"device", "0"}}), 3.000069701);
+  EXPECT_EQ(value_of(m, "gpuscope_gpu_busy_seconds_total", {{"pid", ps}, {"device", "1"}}), 20);
+  EXPECT_EQ(where(samples(m, "gpuscope_gpu_busy_seconds_total"), {{"pid", ps}}).size(), 2u);
+  EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "gputime"}}), 1);
+  std::string file = w.dir() + "/scrape-gputime.txt";
+  std::ofstream(file) << m;
+  auto r = run({"sh", "-c", "promtool check metrics < " + file + " 2>&1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "") << r.out;
+
+  // The same under the same rule in /api/kernels (no launch was counted: 0 launches), busy time in /api/processes.
+  json k = a.api("/api/kernels");
+  std::vector<json> rows;
+  for (auto& row : k["kernels"])
+    if (row["pid"] == fp) rows.push_back(row);
+  ASSERT_EQ(rows.size(), 3u) << k.dump();
+  EXPECT_EQ(rows[0]["kernel"], "alpha_kernel(float*)");
+  EXPECT_EQ(rows[0]["launches"], 0);
+  EXPECT_EQ(rows[0]["gpu_kernels"], 5);
+  EXPECT_EQ(rows[0]["gpu_time_ns"], 3000070001ull);
+  EXPECT_EQ(rows[0]["gpu_mean_ns"], 600014000ull);
+  EXPECT_EQ(rows[0]["gpu_max_ns"], 3000000000ull);
+  EXPECT_EQ(rows[1]["kernel"], "beta_kernel()");
+  EXPECT_EQ(rows[1]["gpu_kernels"], 2);
+  EXPECT_EQ(rows[1]["gpu_time_ns"], 20000500000ull);
+  EXPECT_EQ(rows[1]["gpu_max_ns"], 20000000000ull);
+  EXPECT_EQ(rows[2]["kernel"], "other");
+  EXPECT_EQ(rows[2]["gpu_kernels"], 3);
+  EXPECT_EQ(rows[2]["gpu_time_ns"], 300);
+  EXPECT_EQ(rows[2]["gpu_max_ns"], 100);
+  json procs = a.api("/api/processes");
+  json busy;
+  for (auto& p : procs["processes"])
+    if (p["pid"] == fp) busy = p["gpu_busy"];
+  EXPECT_EQ(busy, json::parse(R"([{"device":0,"busy_ns":3000069701},{"device":1,"busy_ns":20000000000}])"))
+      << procs.dump();
+  auto h = a.api("/api/health");
+  for (auto& c : h["collectors"])
+    if (c["name"] == "gputime") EXPECT_TRUE(c["up"].get<bool>()) << c.dump();
+
+  // Ended: its series go once a scrape has seen their final values.
+  f.signal(SIGUSR1);
+  ASSERT_EQ(f.wait(20), 0) << f.err();
+  std::string later = scrape_until(a, [&](const std::string& t) {
+    return where(samples(t, kd + "_count"), {{"pid", ps}}).empty() &&
+           where(samples(t, "gpuscope_gpu_busy_seconds_total"), {{"pid", ps}}).empty();
+  });
+  ASSERT_NE(later, "") << a.metrics();
+  EXPECT_EQ(value_of(later, "gpuscope_exported_processes", {{"state", "exited"}}), 0);
+  EXPECT_EQ(value_of(later, "gpuscope_events_lost_total", {{"collector", "gputime"}, {"reason", "ring_buffer_full"}}), 0);
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
 // 500 short-lived processes: with --max-kernels-per-process 1 each has kern_a (5) and

@@ -176,9 +176,12 @@ TEST(Deploy, MetricNamesExported) {
                     "/deploy/grafana/*.json " + src + "/deploy/prometheus/rules.yml 2>&1"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
-  // Said, not skipped: the GPU-time series is not in this agent yet.
+  // Nothing pending: the GPU-time and starvation series are the agent's now.
+  EXPECT_EQ(r.out.find("PENDING"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_starvation_cpu_seconds_total"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("PENDING gpuscope_kernel_gpu_seconds_total"), std::string::npos) << r.out;
+  for (const char* n : {"gpuscope_kernel_duration_seconds_sum", "gpuscope_kernel_duration_seconds_count",
+                        "gpuscope_kernel_duration_seconds_bucket", "gpuscope_gpu_busy_seconds_total"})
+    EXPECT_NE(r.out.find(std::string("ok ") + n + " (gpuscope-kernel-time.json)"), std::string::npos) << n << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_gpu_power_watts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_anomalies_total"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_governor_level"), std::string::npos) << r.out;
