@@ -214,7 +214,7 @@ int run_agent(const AgentOptions& o) {
     const unsigned sampling = steps.size();
     steps.push_back({"refresh every 4th interval", 4});
     steps.push_back({"refresh every 16th interval", 4});
-    steps.push_back({"exits and new processes handled at the refresh only, in batches", 1});
+    steps.push_back({"events read every 50 ms, exits and new processes handled at the refresh, in batches", 1});
     governor = std::make_unique<Governor>(
         Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3}, steps, [&, sampling](unsigned level) {
           if (starvation) starvation->set_sample_hz(level >= 1 && sampling ? kSampleHz / 4 : kSampleHz);
@@ -222,6 +222,7 @@ int run_agent(const AgentOptions& o) {
           defer_events = level >= sampling + 3;
           if (kernels) kernels->defer_exits(defer_events);
           if (session_started) session.defer_rescans(defer_events);
+          loop.set_min_wakeup_gap(defer_events ? 0.05 : 0);
         });
   }
   auto last_refresh = std::chrono::steady_clock::now();

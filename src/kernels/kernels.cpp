@@ -256,11 +256,18 @@ void KernelsCollector::for_each_handle_var(
   }
 }
 
+// Each __cudaGetKernel event names one handle: the process's mappings are read once for all of
+// them (again only when the variable is not in those read: a library loaded since).
 std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
-  for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
-    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
-  });
+  auto [it, fresh] = var_maps_.try_emplace(pid);
+  for (int pass = 0; pass < 2 && !r; pass++) {
+    if (fresh || pass == 1) it->second = read_proc_maps(pid);
+    for_each_handle_var(pid, it->second, [&](uint64_t at, const std::string& sym, const std::string& path) {
+      if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
+    });
+    if (fresh) break;
+  }
   return r;
 }
 
@@ -471,6 +478,7 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
   for (uint32_t pid : pids) {
     syms_.forget(static_cast<pid_t>(pid));
     var_scans_.erase(static_cast<pid_t>(pid));
+    var_maps_.erase(static_cast<pid_t>(pid));
     driver_file_.erase(static_cast<pid_t>(pid));
     comms_.erase(pid);
   }

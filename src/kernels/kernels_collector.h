@@ -155,6 +155,7 @@ class KernelsCollector {
   Symbolizer syms_;
   std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
+  std::map<pid_t, std::vector<MapEntry>> var_maps_;  // mappings handle_var_name read, per process
   bool driver_only_ = false;
   std::string layer_reason_;
   std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;
