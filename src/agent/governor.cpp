@@ -34,12 +34,12 @@ unsigned Governor::decide(double cpu) {
     if (level_ < steps_.size()) return ++level_;
     return level_;
   }
+  if (just_up) calm_needed_ = cfg_.calm_windows;  // the step up held
   if (level_ && cpu < 0.5 * cfg_.max_cpu_percent) {
     if (++calm_ >= calm_needed_) {
       calm_ = 0;
       just_up_ = true;
-      if (--level_ == 0) calm_needed_ = cfg_.calm_windows;
-      return level_;
+      return --level_;
     }
   } else {
     calm_ = 0;

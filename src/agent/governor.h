@@ -41,7 +41,7 @@ class Governor {
   std::vector<Step> steps_;
   std::function<void(unsigned)> on_change_;
   unsigned level_ = 0, calm_ = 0;
-  unsigned calm_needed_;  // calm_windows, doubled each time a step up is undone at once
+  unsigned calm_needed_;  // calm_windows; doubled while step ups are undone at once
   bool just_up_ = false;
   uint64_t changes_ = 0, windows_ = 0;
   double cpu_percent_ = 0;

@@ -443,14 +443,16 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
         << "window " << n << " was over the limit " << limit_ratio << " and did not step down:" << seen.str();
   }
   EXPECT_GE(judged, 5) << seen.str();
-  EXPECT_LE(over, 3) << "windows over the limit after the first step down:" << seen.str();
+  // One per level below the first, and a few tries to step back up while the storm lasts (each
+  // undone try doubles the wait before the next).
+  EXPECT_LE(over, deepest - 1 + 2) << "windows over the limit after the first step down:" << seen.str();
   ASSERT_TRUE(health["governor"]["reduced"].is_array()) << health.dump();
   EXPECT_EQ(health["governor"]["reduced"].size(), health["governor"]["level"].get<size_t>()) << health.dump();
   if (health["governor"]["level"].get<int>() > 0) {
     EXPECT_EQ(health["governor"]["reduced"][0], "stack sampling at 12 Hz (of 49)") << health.dump();
   }
 
-  std::string back = a.until([](const std::string& t) { return value_of(t, "gpuscope_governor_level", {}) == 0; }, 40);
+  std::string back = a.until([](const std::string& t) { return value_of(t, "gpuscope_governor_level", {}) == 0; }, 60);
   EXPECT_NE(back, "") << a.proc().err();
   EXPECT_GE(value_of(back, "gpuscope_governor_level_changes_total", {}), 2 * deepest);
   // Exits handled in batches, deferred or not: every launch counted once.

@@ -36,8 +36,8 @@ TEST(Governor, AStepUpUndoneAtOnceDoublesTheWait) {
   EXPECT_EQ(g.decide(9), 2u) << "over straight after the step up";
   for (int i = 0; i < 5; i++) EXPECT_EQ(g.decide(0.5), 2u) << "6 calm windows now, not 3";
   EXPECT_EQ(g.decide(0.5), 1u);
-  // Not undone this time: down to 0, and the wait is back to 3.
-  for (int i = 0; i < 5; i++) EXPECT_EQ(g.decide(0.5), 1u);
+  // That one held: the wait is back to 3 (the window that held counts as the first).
+  for (int i = 0; i < 2; i++) EXPECT_EQ(g.decide(0.5), 1u);
   EXPECT_EQ(g.decide(0.5), 0u);
   EXPECT_EQ(g.decide(0.5), 0u);
   EXPECT_EQ(g.decide(9), 1u);
