@@ -197,12 +197,7 @@ void KernelsCollector::start(UprobeSession& session) {
   });
 }
 
-void KernelsCollector::watch(EventLoop& loop) {
-  loop.watch(*rb_);
-  loop.after_wakeup([this] {
-    if (!defer_exits_) finish_exits();
-  });
-}
+void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
 
 void KernelsCollector::tick() {
   learn_new_keys();
@@ -339,6 +334,7 @@ void KernelsCollector::on_event(const gs_k_event& e) {
       return;
     }
     exits_.insert(e.pid);
+    if (!defer_exits_) finish_exits();
     return;
   }
   switch (e.namer) {

@@ -75,8 +75,8 @@ class KernelsCollector {
   void watch(EventLoop& loop);
   // Names rows new since, while their process still runs.
   void tick();
-  // Exits are handled after each wake-up (all those read in it together); deferred, only when
-  // finish_exits() is called (the agent's governor: at its refresh). Their rows stay in the
+  // Exits are handled as their events are read; deferred, only when finish_exits() is called
+  // (the agent's governor: at its refresh), all of them together. Their rows stay in the
   // count map until then (bounded by it: a full map counts rows_full).
   void defer_exits(bool d) { defer_exits_ = d; }
   void finish_exits();
