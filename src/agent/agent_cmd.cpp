@@ -50,6 +50,8 @@ struct AgentOptions {
   size_t max_gpu_kernel_rows = 16384;
 };
 
+constexpr unsigned kSampleHz = 49;  // starvation's stack sampling rate, a quarter of it under the governor
+
 const std::vector<std::string> kServed = {"kernels", "memleak", "latency", "ioctl", "starvation", "gputime", "bridge"};
 
 std::vector<std::string> parse_collectors(const std::string& list) {
@@ -178,6 +180,7 @@ int run_agent(const AgentOptions& o) {
     c.fold = true;
     c.max_stacks = o.max_stacks;
     c.max_threads = o.max_threads;
+    c.sample_hz = kSampleHz;
     c.log = [&starvation_note](const std::string& line) {
       starvation_note = line;
       fprintf(stderr, "gpuscope: agent: starvation: %s\n", line.c_str());
@@ -225,25 +228,38 @@ int run_agent(const AgentOptions& o) {
   if (memleak) memleak->watch(loop);
   if (gputime) gputime->watch(loop);
   if (session_started) session.watch(loop, false);
-  // The rules read what each refresh reads; the governor slows the refreshes (the collectors' map
-  // walks are the agent's main cost) when the agent's CPU passes --max-cpu-percent.
+  // The rules read what each refresh reads. Past --max-cpu-percent the governor cuts, in order:
+  // the stack sampling rate, the refreshes (the collectors' map walks and rendering), then the
+  // work done per event (exits, new processes), batched into the refresh.
   AnomalyRules anomalies(o.anomaly);
   std::unique_ptr<Governor> governor;
   unsigned refresh_every = 1, ticks = 0;
+  bool defer_events = false;
   if (o.max_cpu_percent > 0) {
-    std::vector<Governor::Step> steps = {{"refresh every 4th interval", 4}, {"refresh every 16th interval", 4}};
-    governor = std::make_unique<Governor>(Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3},
-                                          steps, [&refresh_every, steps](unsigned level) {
-                                            refresh_every = 1;
-                                            for (unsigned i = 0; i < level; i++)
-                                              refresh_every *= static_cast<unsigned>(steps[i].factor);
-                                          });
+    std::vector<Governor::Step> steps;
+    if (starvation) steps.push_back({fmt::format("stack sampling at {} Hz (of {})", kSampleHz / 4, kSampleHz), 4});
+    const unsigned sampling = steps.size();
+    steps.push_back({"refresh every 4th interval", 4});
+    steps.push_back({"refresh every 16th interval", 4});
+    steps.push_back({"events read every 50 ms, exits and new processes handled at the refresh, in batches", 1});
+    governor = std::make_unique<Governor>(
+        Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3}, steps, [&, sampling](unsigned level) {
+          if (starvation) starvation->set_sample_hz(level >= 1 && sampling ? kSampleHz / 4 : kSampleHz);
+          refresh_every = level >= sampling + 2 ? 16 : level >= sampling + 1 ? 4 : 1;
+          defer_events = level >= sampling + 3;
+          if (kernels) kernels->defer_exits(defer_events);
+          if (session_started) session.defer_rescans(defer_events);
+          loop.set_min_wakeup_gap(defer_events ? 0.05 : 0);
+        });
   }
   auto last_refresh = std::chrono::steady_clock::now();
   // Names are learnt four times a second rather than at every wake-up: each learning walks
   // the whole count map, and the agent's other timers wake it often.
   if (kernels) loop.every(0.25, [&] { kernels->tick(); });
-  if (memleak) loop.after_wakeup([&] { memleak->tick(); });
+  if (memleak)
+    loop.after_wakeup([&] {
+      if (!defer_events) memleak->tick();
+    });
   // The bridge ticks on its own thread: the loop's rescans and refreshes must not make its data
   // look stale to its readers (starvation calls it stale after 300 ms).
   std::mutex bridge_mu;
@@ -293,7 +309,9 @@ int run_agent(const AgentOptions& o) {
       in.lost[{"kernels", "row_map_full"}] = s.rows_full;
       in.lost[{"kernels", "naming_events"}] = s.lost;
     }
+    if (session_started) session.rescan_noticed();  // those deferred by the governor
     if (memleak) {
+      memleak->tick();  // exits deferred by the governor, before the sweep looks for processes gone
       memleak->sweep();
       m = memleak->snapshot();
       in.memleak = &m;

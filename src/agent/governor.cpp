@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -19,18 +20,25 @@ double mono_s() { return std::chrono::duration<double>(std::chrono::steady_clock
 }  // namespace
 
 Governor::Governor(Config cfg, std::vector<Step> steps, std::function<void(unsigned)> on_change)
-    : cfg_(cfg), steps_(std::move(steps)), on_change_(std::move(on_change)) {}
+    : cfg_(cfg), steps_(std::move(steps)), on_change_(std::move(on_change)), calm_needed_(cfg.calm_windows) {}
 
 unsigned Governor::decide(double cpu) {
   cpu_percent_ = cpu;
+  bool just_up = just_up_;
+  just_up_ = false;
   if (cpu > cfg_.max_cpu_percent) {
     calm_ = 0;
+    // Back over the limit straight after stepping up: the load that drove it down is still
+    // there, so it waits twice as long before trying again (else it would swing every few windows).
+    if (just_up) calm_needed_ = std::min(2 * calm_needed_, 64u);
     if (level_ < steps_.size()) return ++level_;
     return level_;
   }
+  if (just_up) calm_needed_ = cfg_.calm_windows;  // the step up held
   if (level_ && cpu < 0.5 * cfg_.max_cpu_percent) {
-    if (++calm_ >= cfg_.calm_windows) {
+    if (++calm_ >= calm_needed_) {
       calm_ = 0;
+      just_up_ = true;
       return --level_;
     }
   } else {
@@ -49,6 +57,7 @@ void Governor::tick() {
   double dt = now - window_t0_s_;
   if (dt < cfg_.window_s) return;
   unsigned before = level_;
+  windows_++;
   unsigned after = decide(100 * (cpu - window_cpu0_s_) / dt);
   window_cpu0_s_ = self_cpu_seconds();  // the logging below is the governor's, not the window's
   window_t0_s_ = mono_s();
@@ -72,6 +81,9 @@ void Governor::add_metrics(PromSet& m) const {
   m.add("gpuscope_governor_cpu_ratio", {}, cpu_percent_ / 100);
   m.family("gpuscope_governor_limit_ratio", T::gauge, "--max-cpu-percent, in cores");
   m.add("gpuscope_governor_limit_ratio", {}, cfg_.max_cpu_percent / 100);
+  m.family("gpuscope_governor_windows_total", T::counter,
+           "Windows the governor has measured (gpuscope_governor_cpu_ratio is the last one's)");
+  m.add("gpuscope_governor_windows_total", {}, static_cast<double>(windows_));
   m.family("gpuscope_governor_level_changes_total", T::counter, "Times the governor stepped down or up");
   m.add("gpuscope_governor_level_changes_total", {}, static_cast<double>(changes_));
 }

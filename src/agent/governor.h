@@ -2,7 +2,8 @@
 // The overhead governor: keeps the agent's own CPU use (all its threads, user and system) under
 // --max-cpu-percent of one core. Past the limit over a window it steps down one level, each level
 // cutting work by its factor; it steps back up after a few windows under half the limit (a
-// margin, so that restoring does not push it straight back over).
+// margin, so that restoring does not push it straight back over; when it does anyway, the next
+// step up waits twice as long).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,7 +41,9 @@ class Governor {
   std::vector<Step> steps_;
   std::function<void(unsigned)> on_change_;
   unsigned level_ = 0, calm_ = 0;
-  uint64_t changes_ = 0;
+  unsigned calm_needed_;  // calm_windows; doubled while step ups are undone at once
+  bool just_up_ = false;
+  uint64_t changes_ = 0, windows_ = 0;
   double cpu_percent_ = 0;
   double window_cpu0_s_ = -1, window_t0_s_ = 0;
 };

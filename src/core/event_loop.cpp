@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <time.h>
+
 namespace gpuscope {
 
 EventLoop::Clock::duration seconds_to_duration(double s) {
@@ -37,14 +39,27 @@ void EventLoop::run() {
   // the wait is noticed.
   constexpr auto kMaxWait = std::chrono::milliseconds(100);
   epoll_event evs[16];
+  Clock::time_point woke{};
   while (!stopped()) {
     auto now = Clock::now();
+    // With a gap set, records that arrive sooner wait in their buffers and are read together.
+    if (gap_ > Clock::duration::zero() && now < woke + gap_) {
+      auto until = woke + gap_;
+      for (auto& t : timers_) until = std::min(until, t.next);
+      if (now < until) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+        timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+        nanosleep(&ts, nullptr);  // a signal ends it early
+        now = Clock::now();
+      }
+    }
     auto wait = Clock::duration(kMaxWait);
     for (auto& t : timers_) wait = std::min(wait, std::max(Clock::duration::zero(), t.next - now));
     if (stop_.deadline()) wait = std::min(wait, std::max(Clock::duration::zero(), *stop_.deadline() - now));
     int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
     int n = epoll_wait(epoll_.get(), evs, 16, ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("epoll_wait: ") + strerror(errno));
+    woke = Clock::now();
     // Producers may submit without waking us: every buffer is read on every wake-up.
     for (RingBuffer* rb : rbs_) rb->drain();
     now = Clock::now();

@@ -12,6 +12,9 @@
 
 namespace gpuscope {
 
+// Seconds as a steady_clock duration; callers have validated the range.
+std::chrono::steady_clock::duration seconds_to_duration(double s);
+
 class EventLoop {
  public:
   using Clock = std::chrono::steady_clock;
@@ -23,6 +26,9 @@ class EventLoop {
   // Also runs fn after each wake-up (records consumed or a timer due): for work that must
   // follow new records closely.
   void after_wakeup(std::function<void()> fn) { wakeup_.push_back(std::move(fn)); }
+  // At least `s` seconds between wake-ups for records (timers still run on time): a storm of
+  // records is read in batches. 0 (the default): each record wakes the loop.
+  void set_min_wakeup_gap(double s) { gap_ = seconds_to_duration(s); }
   // Until a signal, the deadline, or stop().
   void run();
   void stop() { stopped_ = true; }
@@ -40,9 +46,7 @@ class EventLoop {
   std::vector<Timer> timers_;
   std::vector<std::function<void()>> wakeup_;
   bool stopped_ = false;
+  Clock::duration gap_{};
 };
-
-// Seconds as a steady_clock duration; callers have validated the range.
-EventLoop::Clock::duration seconds_to_duration(double s);
 
 }  // namespace gpuscope

@@ -242,6 +242,18 @@ std::string UprobeSession::discovery_mode() const {
 
 void UprobeSession::refresh() {
   if (notices_) notices_->drain();
+  // Deferred, the notices wait for rescan_noticed() (deduplicated: a process noticed at exec
+  // and dlopen is scanned once, and one gone by then costs a failed open).
+  if (!defer_ || noticed_.size() >= kMaxDeferredNotices) rescan_noticed();
+  auto now = EventLoop::Clock::now();
+  if (now < next_full_) return;
+  const bool fast = !scope_.pids.empty() || !event_driven_;
+  bool first = next_full_ == EventLoop::Clock::time_point{};
+  next_full_ = now + (fast ? std::chrono::milliseconds(400) : full_period_);
+  if (!first) rescan(nullptr);
+}
+
+void UprobeSession::rescan_noticed() {
   if (!noticed_.empty()) {
     std::vector<pid_t> pids;
     std::sort(noticed_.begin(), noticed_.end());
@@ -254,12 +266,6 @@ void UprobeSession::refresh() {
       for (auto& f : maps_changed_) f(p);
     if (!pids.empty()) rescan(&pids);
   }
-  auto now = EventLoop::Clock::now();
-  if (now < next_full_) return;
-  const bool fast = !scope_.pids.empty() || !event_driven_;
-  bool first = next_full_ == EventLoop::Clock::time_point{};
-  next_full_ = now + (fast ? std::chrono::milliseconds(400) : full_period_);
-  if (!first) rescan(nullptr);
 }
 
 bool UprobeSession::targets_alive() const {

@@ -77,6 +77,11 @@ class UprobeSession {
   void set_full_rescan_period(std::chrono::milliseconds p) { full_period_ = p; }
   // Takes the notices and rescans now (watch() does this on every wake-up).
   void refresh();
+  // Deferred, the processes noticed at exec or dlopen are rescanned only by rescan_noticed()
+  // (or once kMaxDeferredNotices are waiting): the agent's governor batches them into its refresh.
+  void defer_rescans(bool d) { defer_ = d; }
+  void rescan_noticed();
+  static constexpr size_t kMaxDeferredNotices = 4096;
   bool targets_alive() const;
   // Processes in which objects were found by start().
   const std::vector<pid_t>& initial_pids() const { return initial_pids_; }
@@ -105,6 +110,7 @@ class UprobeSession {
   std::unique_ptr<session_bpf, void (*)(session_bpf*)> skel_;
   std::unique_ptr<RingBuffer> notices_;
   std::vector<pid_t> noticed_;
+  bool defer_ = false;
   std::vector<std::function<void(pid_t)>> maps_changed_;
   std::vector<Link> links_;
   std::vector<pid_t> initial_pids_;

@@ -203,12 +203,15 @@ void KernelsCollector::tick() {
   learn_new_keys();
   auto now = std::chrono::steady_clock::now();
   while (!forget_at_.empty() && forget_at_.front().second <= now) {
-    forget(forget_at_.front().first);
+    forget({forget_at_.front().first});
     forget_at_.pop_front();
   }
 }
 
-void KernelsCollector::drain() { rb_->drain(); }
+void KernelsCollector::drain() {
+  rb_->drain();
+  finish_exits();
+}
 
 const KernelsCollector::HandleVars& KernelsCollector::handle_vars(pid_t pid, const MapEntry& m) {
   auto [it, fresh] = handle_vars_.try_emplace({m.dev, m.ino});
@@ -248,11 +251,18 @@ void KernelsCollector::for_each_handle_var(
   }
 }
 
+// Each __cudaGetKernel event names one handle: the process's mappings are read once for all of
+// them (again only when the variable is not in those read: a library loaded since).
 std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pid, uint64_t addr) {
   std::optional<Name> r;
-  for_each_handle_var(pid, read_proc_maps(pid), [&](uint64_t at, const std::string& sym, const std::string& path) {
-    if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
-  });
+  auto [it, fresh] = var_maps_.try_emplace(pid);
+  for (int pass = 0; pass < 2 && !r; pass++) {
+    if (fresh || pass == 1) it->second = read_proc_maps(pid);
+    for_each_handle_var(pid, it->second, [&](uint64_t at, const std::string& sym, const std::string& path) {
+      if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
+    });
+    if (fresh) break;
+  }
   return r;
 }
 
@@ -318,7 +328,14 @@ void KernelsCollector::on_event(const gs_k_event& e) {
   pid_t pid = static_cast<pid_t>(e.pid);
   if (e.type == GS_K_EV_EXIT) {
     if (comms_[e.pid].empty()) comms_[e.pid] = std::string(e.name, strnlen(e.name, GS_COMM_LEN));
-    return process_exited(e.pid);
+    if (cfg_.naming_only) {
+      // Its last launches may still be queued in trace's ring buffer.
+      forget_at_.emplace_back(e.pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+      return;
+    }
+    exits_.insert(e.pid);
+    if (!defer_exits_) finish_exits();
+    return;
   }
   switch (e.namer) {
     case GS_NAMER_MODULE_GET_FUNCTION:
@@ -349,10 +366,10 @@ void KernelsCollector::on_event(const gs_k_event& e) {
   }
 }
 
-std::map<KernelsCollector::Key, uint64_t> KernelsCollector::read_counts(std::optional<uint32_t> only) {
+std::map<KernelsCollector::Key, uint64_t> KernelsCollector::read_counts(const std::set<uint32_t>* only) {
   std::map<Key, uint64_t> r;
   for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
-    if (only && key.pid != *only) return;
+    if (only && !only->count(key.pid)) return;
     Key k{key.pid, key.layer, key.handle};
     r[k] = v.count;
     callers_.try_emplace(k, v.caller);
@@ -392,6 +409,7 @@ std::vector<KernelRow> KernelsCollector::rows_of(const std::map<Key, uint64_t>& 
 }
 
 std::vector<KernelRow> KernelsCollector::snapshot() {
+  finish_exits();  // an exited process's rows leave through its exit, never as live ones
   learn_new_keys();
   retry_unknown();
   return rows_of(read_counts());
@@ -400,9 +418,9 @@ std::vector<KernelRow> KernelsCollector::snapshot() {
 // Unknown rows get another chance from names learned since, without rescanning the process:
 // that is for new rows, and would stall every refresh. A row counted before its naming call's
 // event was read is named here.
-void KernelsCollector::retry_unknown(std::optional<uint32_t> only) {
+void KernelsCollector::retry_unknown(const std::set<uint32_t>* only) {
   for (auto it = guessed_.begin(); it != guessed_.end();) {
-    if (only && std::get<0>(it->first) != *only) {
+    if (only && !only->count(std::get<0>(it->first))) {
       ++it;
       continue;
     }
@@ -417,43 +435,49 @@ void KernelsCollector::retry_unknown(std::optional<uint32_t> only) {
   }
 }
 
-void KernelsCollector::process_exited(uint32_t pid) {
-  if (cfg_.naming_only) {
-    // Its last launches may still be queued in trace's ring buffer.
-    forget_at_.emplace_back(pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-    return;
-  }
+// The exits since the last call, together: each walk of the maps serves all of them (a storm of
+// short-lived processes would otherwise walk them once per exit).
+void KernelsCollector::finish_exits() {
+  if (exits_.empty()) return;
+  std::set<uint32_t> pids = std::exchange(exits_, {});
   learn_new_keys();
-  retry_unknown(pid);
-  auto counts = read_counts(pid);
-  if (exit_sink_) exit_sink_(pid, rows_of(counts));
+  retry_unknown(&pids);
+  auto counts = read_counts(&pids);
+  std::map<uint32_t, std::map<Key, uint64_t>> by_pid;
+  for (auto& [k, n] : counts) by_pid[std::get<0>(k)].emplace(k, n);
+  if (exit_sink_)
+    for (uint32_t pid : pids) exit_sink_(pid, rows_of(by_pid[pid]));
   int fd = bpf_map__fd(skel_->maps.counts);
   for (auto& [k, _] : counts) {
     gs_k_key key{std::get<0>(k), std::get<1>(k), std::get<2>(k)};
     bpf_map_delete_elem(fd, &key);
     resolved_.erase(k), guessed_.erase(k), callers_.erase(k);
   }
-  forget(pid);
+  forget(pids);
 }
 
-void KernelsCollector::forget(uint32_t pid) {
+void KernelsCollector::forget(const std::set<uint32_t>& pids) {
   int afd = bpf_map__fd(skel_->maps.aliases);
   std::vector<gs_k_alias_key> dead;
   for_each_entry<gs_k_alias_key, uint64_t>(afd, [&](const gs_k_alias_key& k, uint64_t) {
-    if (k.pid == pid) dead.push_back(k);
+    if (pids.count(k.pid)) dead.push_back(k);
   });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
-  std::erase_if(names_, [&](auto& kv) { return kv.first.first == pid; });
-  std::erase_if(resolved_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
-  std::erase_if(guessed_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
-  std::erase_if(unknown_until_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
-  std::erase_if(kernel_of_, [&](auto& kv) { return kv.first.first == pid; });
-  syms_.forget(static_cast<pid_t>(pid));
-  var_scans_.erase(static_cast<pid_t>(pid));
-  driver_file_.erase(static_cast<pid_t>(pid));
-  std::erase_if(object_read_, [&](auto& ph) { return ph.first == pid; });
-  std::erase_if(launched_, [&](auto& ph) { return ph.first == pid; });
-  comms_.erase(pid);
+  auto gone = [&](uint32_t pid) { return pids.count(pid) > 0; };
+  std::erase_if(names_, [&](auto& kv) { return gone(kv.first.first); });
+  std::erase_if(resolved_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });
+  std::erase_if(guessed_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });
+  std::erase_if(unknown_until_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });
+  std::erase_if(kernel_of_, [&](auto& kv) { return gone(kv.first.first); });
+  std::erase_if(object_read_, [&](auto& ph) { return gone(ph.first); });
+  std::erase_if(launched_, [&](auto& ph) { return gone(ph.first); });
+  for (uint32_t pid : pids) {
+    syms_.forget(static_cast<pid_t>(pid));
+    var_scans_.erase(static_cast<pid_t>(pid));
+    var_maps_.erase(static_cast<pid_t>(pid));
+    driver_file_.erase(static_cast<pid_t>(pid));
+    comms_.erase(pid);
+  }
 }
 
 // The layout of the driver that the process maps, learned when it can be. Keyed by the

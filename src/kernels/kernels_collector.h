@@ -73,8 +73,13 @@ class KernelsCollector {
   void start(UprobeSession& session);
   // The naming and exit events.
   void watch(EventLoop& loop);
-  // After each wake-up: names rows new since, while their process still runs.
+  // Names rows new since, while their process still runs.
   void tick();
+  // Exits are handled as their events are read; deferred, only when finish_exits() is called
+  // (the agent's governor: at its refresh), all of them together. Their rows stay in the
+  // count map until then (bounded by it: a full map counts rows_full).
+  void defer_exits(bool d) { defer_exits_ = d; }
+  void finish_exits();
   void drain();
   // Detaches the exit hook (a trampoline: its grace period is long, so callers overlap it with
   // the session's detach).
@@ -124,11 +129,10 @@ class KernelsCollector {
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
   void learn_new_keys();
-  void retry_unknown(std::optional<uint32_t> only = {});
-  std::map<Key, uint64_t> read_counts(std::optional<uint32_t> only = {});
+  void retry_unknown(const std::set<uint32_t>* only = nullptr);
+  std::map<Key, uint64_t> read_counts(const std::set<uint32_t>* only = nullptr);
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
-  void process_exited(uint32_t pid);
-  void forget(uint32_t pid);  // every name and state of an exited process
+  void forget(const std::set<uint32_t>& pids);  // every name and state of exited processes
   DriverLayout* driver_layout(pid_t pid);
   void learn_layout(pid_t pid, DriverLayout& l);
   std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
@@ -140,6 +144,8 @@ class KernelsCollector {
   std::unique_ptr<RingBuffer> rb_;
   std::string exit_hook_error_;
   ExitSink exit_sink_;
+  std::set<uint32_t> exits_;  // exited, not yet finished
+  bool defer_exits_ = false;
   std::map<PH, Name> names_;          // handles named by the driver, __cudaGetKernel or handle variables
   std::map<PH, uint64_t> kernel_of_;  // CUfunction from cuKernelGetFunction -> its CUkernel
   std::map<Key, Name> resolved_;      // rows named for good
@@ -149,6 +155,7 @@ class KernelsCollector {
   Symbolizer syms_;
   std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
+  std::map<pid_t, std::vector<MapEntry>> var_maps_;  // mappings handle_var_name read, per process
   bool driver_only_ = false;
   std::string layer_reason_;
   std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;

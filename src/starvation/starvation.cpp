@@ -112,6 +112,7 @@ class Starvation {
   StarvationStats stats() const;
   void stop() { unload(); }
   uint64_t period_ns() const { return period_ns_; }
+  void set_sample_hz(unsigned hz);
   Bridge state() const { return state_; }
 
  private:
@@ -125,6 +126,7 @@ class Starvation {
   void refresh_tgids();
   void say(const BridgeView& v);
   StarvationReport report();
+  void stash();  // report() now, handed out by the next collect
   void note(const char* f, ...) __attribute__((format(printf, 2, 3)));
   const std::vector<std::string>& ustack(uint32_t pid, int id, uint64_t py_hash);
   const std::vector<std::string>& kstack(int id);
@@ -138,6 +140,7 @@ class Starvation {
   bool stacks_ = false;  // rows carry stacks
   std::unique_ptr<starvation_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
+  std::vector<Link> samplers_;  // the cpu-clock samplers, reattached when the rate changes
   Pins pins_;
   Bridge state_ = Bridge::None;
 
@@ -285,6 +288,7 @@ void Starvation::load(Pins pins) {
 }
 
 void Starvation::unload() {
+  samplers_.clear();
   links_.clear();
   py_.reset();
   skel_.reset();
@@ -311,7 +315,7 @@ void Starvation::attach_samplers() {
       close(fd);
       continue;
     }
-    links_.emplace_back(l);  // the link owns the perf event fd
+    samplers_.emplace_back(l);  // the link owns the perf event fd
     attached++;
   }
   if (!attached)
@@ -319,6 +323,27 @@ void Starvation::attach_samplers() {
         "no cpu-clock sampler (%s): a thread that never leaves its CPU is counted only when "
         "it does, and there are no sampled stacks\n",
         why.c_str());
+}
+
+void Starvation::stash() {
+  StarvationReport last = report();
+  for (auto& r : last.rows) pending_.rows.push_back(std::move(r));
+  for (auto& [k, w] : last.folded) pending_.folded[k] += w;
+  pending_.folded_samples += last.folded_samples;
+  pending_.gone.insert(pending_.gone.end(), last.gone.begin(), last.gone.end());
+}
+
+// Samples taken so far weigh the old period: they are reported (at the next collect) before the
+// samplers are reattached at the new one.
+void Starvation::set_sample_hz(unsigned hz) {
+  uint64_t period = 1000000000ull / std::clamp(hz, 1u, 1000u);
+  if (period == period_ns_) return;
+  if (skel_) {
+    samplers_.clear();
+    stash();
+  }
+  period_ns_ = period;
+  if (skel_) attach_samplers();
 }
 
 // The BPF side skips the hash lookup for a tgid whose bit is clear; the bridge's list changes
@@ -368,11 +393,7 @@ void Starvation::watch_bridge() {
   if (now.ok && !now.same(pins_)) {
     BridgeView v = view(now);
     if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
-    StarvationReport last = report();
-    for (auto& r : last.rows) pending_.rows.push_back(std::move(r));
-    for (auto& [k, w] : last.folded) pending_.folded[k] += w;
-    pending_.folded_samples += last.folded_samples;
-    pending_.gone.insert(pending_.gone.end(), last.gone.begin(), last.gone.end());
+    stash();
     unload();
     note("bridge maps under %s changed; reattached\n", dir_.c_str());
     load(std::move(now));
@@ -648,6 +669,7 @@ void StarvationCollector::tick() { impl_->tick(); }
 StarvationReport StarvationCollector::collect() { return impl_->collect(); }
 StarvationStats StarvationCollector::stats() const { return impl_->stats(); }
 uint64_t StarvationCollector::period_ns() const { return impl_->period_ns(); }
+void StarvationCollector::set_sample_hz(unsigned hz) { impl_->set_sample_hz(hz); }
 void StarvationCollector::stop() { impl_->stop(); }
 
 std::string StarvationCollector::bridge_state() const {

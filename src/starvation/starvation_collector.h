@@ -69,6 +69,8 @@ class StarvationCollector {
   StarvationReport collect();
   StarvationStats stats() const;
   uint64_t period_ns() const;
+  // Changes the stack sampling rate (the agent's governor): samples so far keep their weight.
+  void set_sample_hz(unsigned hz);
   // "fresh", "stale" or "none".
   std::string bridge_state() const;
   void stop();

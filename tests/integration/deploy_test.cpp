@@ -362,42 +362,111 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
 // agent over --max-cpu-percent (set from its idle cost here); it steps down (logged, gpuscope_governor_level) and, once the
 // storm is over, back up to 0. One process's launches alone would not do it: they are counted in
 // BPF and cost the agent nothing (docs/deploy.md).
+// A launch storm of short-lived processes drives the agent over its limit: it steps down (stack
+// sampling first: the starvation collector runs on an empty pin dir), then holds every window after
+// its last step down within the limit while the storm goes on, steps back up after it, and has
+// counted every launch once.
 TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   Workload w;
-  // The limit from this machine's idle cost (higher in a sanitized build): 2.5 times it, at least 6 %.
-  double idle;
+  PinDir d;
+  const std::vector<std::string> base = {"--interval", "0.05", "--bridge-pin-dir", d.path, "--nvml",
+                                         w.dir() + "/no-libnvidia-ml.so.1"};
+  auto flags = [&](const std::string& limit) {
+    auto f = base;
+    f.insert(f.end(), {"--max-cpu-percent", limit});
+    return f;
+  };
+  auto launches = [&](const std::string& m) {
+    return value_of(m, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
+  };
+  std::vector<std::string> storm_proc = {w.path(), "driver", "0"};
+  // The limit from this machine's idle cost (higher in a sanitized build): 2.5 times it, at least
+  // 6 %; and the launches one storm process makes.
+  double idle, per_proc;
   {
-    Agent probe(w, {"--interval", "0.05", "--max-cpu-percent", "10000"});
+    Agent probe(w, flags("10000"));
     sleep_s(4.5);
     idle = value_of(probe.metrics(), "gpuscope_governor_cpu_ratio", {});
     ASSERT_GE(idle, 0);
+    Process one(storm_proc);
+    ASSERT_EQ(one.wait(30), 0) << one.err();
+    std::string m = probe.until([&](const std::string& t) { return launches(t) > 0; });
+    per_proc = launches(m);
+    ASSERT_GT(per_proc, 0) << probe.proc().err();
     EXPECT_EQ(probe.stop(), 0);
   }
   char limit[32];
   snprintf(limit, sizeof limit, "%.1f", std::max(6.0, 250 * idle));
-  Agent a(w, {"--interval", "0.05", "--max-cpu-percent", limit});
+  const double limit_ratio = std::stod(limit) / 100;
+  Agent a(w, flags(limit));
   sleep_s(4.5);
   std::string m = a.metrics();
   ASSERT_EQ(value_of(m, "gpuscope_governor_level", {}), 0) << a.proc().err();
-  EXPECT_EQ(value_of(m, "gpuscope_governor_limit_ratio", {}), std::stod(limit) / 100);
-  double most = 0;
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  EXPECT_EQ(value_of(m, "gpuscope_governor_limit_ratio", {}), limit_ratio);
+
+  // The storm, until 8 windows have passed since the first step down (or 45 s). Each window is
+  // recorded once, by its number: (the level it left for the next window, its CPU ratio).
+  struct Window {
+    double level, cpu;
+  };
+  std::map<int, Window> windows;
+  int procs = 0, first_down = 0, deepest = 0;
+  json health;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(45);
   while (std::chrono::steady_clock::now() < end) {
     std::vector<std::unique_ptr<Process>> batch;
-    for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
+    for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(storm_proc));
     for (auto& p : batch) ASSERT_EQ(p->wait(30), 0) << p->err();
-    most = std::max(most, value_of(a.metrics(), "gpuscope_governor_level", {}));
+    procs += 10;
+    std::string t = a.metrics();
+    int n = static_cast<int>(value_of(t, "gpuscope_governor_windows_total", {}));
+    double level = value_of(t, "gpuscope_governor_level", {});
+    if (n <= 0 || windows.count(n)) continue;
+    windows[n] = {level, value_of(t, "gpuscope_governor_cpu_ratio", {})};
+    deepest = std::max(deepest, static_cast<int>(level));
+    if (level > 0 && !first_down) first_down = n;
+    if (first_down && n - first_down >= 8) {
+      health = a.api("/api/health");
+      break;
+    }
   }
-  EXPECT_GE(most, 1) << a.proc().err();
-  std::string back = a.until([](const std::string& t) { return value_of(t, "gpuscope_governor_level", {}) == 0; }, 40);
+  std::ostringstream seen;
+  for (auto& [n, win] : windows) seen << " #" << n << ": level " << win.level << " cpu " << win.cpu << ";";
+  ASSERT_GE(deepest, 1) << seen.str() << a.proc().err();
+  // Within the limit but in the windows that stepped down (each over it, by definition); a
+  // window is judged when the one before it was recorded too.
+  int judged = 0, over = 0;
+  for (auto& [n, win] : windows) {
+    auto prev = windows.find(n - 1);
+    if (n <= first_down || prev == windows.end()) continue;
+    judged++;
+    if (win.cpu <= limit_ratio) continue;
+    over++;
+    EXPECT_GT(win.level, prev->second.level)
+        << "window " << n << " was over the limit " << limit_ratio << " and did not step down:" << seen.str();
+  }
+  EXPECT_GE(judged, 5) << seen.str();
+  // One per level below the first, and a few tries to step back up while the storm lasts (each
+  // undone try doubles the wait before the next).
+  EXPECT_LE(over, deepest - 1 + 2) << "windows over the limit after the first step down:" << seen.str();
+  ASSERT_TRUE(health["governor"]["reduced"].is_array()) << health.dump();
+  EXPECT_EQ(health["governor"]["reduced"].size(), health["governor"]["level"].get<size_t>()) << health.dump();
+  if (health["governor"]["level"].get<int>() > 0) {
+    EXPECT_EQ(health["governor"]["reduced"][0], "stack sampling at 12 Hz (of 49)") << health.dump();
+  }
+
+  std::string back = a.until([](const std::string& t) { return value_of(t, "gpuscope_governor_level", {}) == 0; }, 60);
   EXPECT_NE(back, "") << a.proc().err();
-  EXPECT_GE(value_of(back, "gpuscope_governor_level_changes_total", {}), 2 * most);
-  auto h = a.api("/api/health");
-  EXPECT_TRUE(h["governor"]["level"].is_number()) << h.dump();
+  EXPECT_GE(value_of(back, "gpuscope_governor_level_changes_total", {}), 2 * deepest);
+  // Exits handled in batches, deferred or not: every launch counted once.
+  std::string all = a.until([&](const std::string& t) { return launches(t) == per_proc * procs; }, 10);
+  EXPECT_NE(all, "") << "launches " << launches(a.metrics()) << " of " << per_proc * procs;
+  EXPECT_EQ(value_of(a.metrics(), "gpuscope_events_lost_total", {{"collector", "kernels"}, {"reason", "row_map_full"}}),
+            0);
   EXPECT_EQ(a.stop(), 0);
   std::string err = a.proc().err();
-  EXPECT_NE(err.find("governor level 1: CPU"), std::string::npos) << err;
-  EXPECT_NE(err.find(std::string("over ") + limit + "%: refresh every 4th interval"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::string("governor level 1: CPU")), std::string::npos) << err;
+  EXPECT_NE(err.find(std::string("over ") + limit + "%: stack sampling at 12 Hz (of 49)"), std::string::npos) << err;
   EXPECT_NE(err.find("governor level 0: CPU"), std::string::npos) << err;
-  EXPECT_NE(err.find("restored: refresh every 4th interval"), std::string::npos) << err;
+  EXPECT_NE(err.find("restored: stack sampling at 12 Hz (of 49)"), std::string::npos) << err;
 }

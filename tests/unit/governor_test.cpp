@@ -27,6 +27,24 @@ TEST(Governor, StepsDownOverTheLimitAndUpUnderHalfOfIt) {
   EXPECT_EQ(g.cpu_percent(), 2.5);
 }
 
+TEST(Governor, AStepUpUndoneAtOnceDoublesTheWait) {
+  Governor g({2, 2, 3}, {{"a", 4}, {"b", 4}}, nullptr);
+  EXPECT_EQ(g.decide(9), 1u);
+  EXPECT_EQ(g.decide(9), 2u);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(g.decide(0.5), 2u);
+  EXPECT_EQ(g.decide(0.5), 1u);
+  EXPECT_EQ(g.decide(9), 2u) << "over straight after the step up";
+  for (int i = 0; i < 5; i++) EXPECT_EQ(g.decide(0.5), 2u) << "6 calm windows now, not 3";
+  EXPECT_EQ(g.decide(0.5), 1u);
+  // That one held: the wait is back to 3 (the window that held counts as the first).
+  for (int i = 0; i < 2; i++) EXPECT_EQ(g.decide(0.5), 1u);
+  EXPECT_EQ(g.decide(0.5), 0u);
+  EXPECT_EQ(g.decide(0.5), 0u);
+  EXPECT_EQ(g.decide(9), 1u);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(g.decide(0.5), 1u);
+  EXPECT_EQ(g.decide(0.5), 0u);
+}
+
 TEST(Anomaly, Rules) {
   AnomalyRules r({5000, 3, 100});
   using P = AnomalyRules::ProcMem;
