@@ -43,10 +43,11 @@ struct AgentOptions {
   unsigned bridge_poll_ms = 100;
   // Map sizes for an always-on process beside others (the subcommands keep their larger ones):
   // the agent's BPF maps stay within 20 MB.
-  uint32_t max_allocs = 32768, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024, max_threads = 4096;
-  // GPU time: 1 MiB of ring buffer holds 6 full hand-offs (2048 records each), drained as they
-  // come; the subcommands' 8 MiB would put the agent's maps past 20 MB.
-  uint32_t gpu_ring_bytes = 1u << 20;
+  uint32_t max_allocs = 32768, max_procs = 4096, max_kernel_rows = 16384, max_ioctl_rows = 4096, max_stacks = 1024,
+           max_threads = 4096;
+  // GPU time: 512 KiB of ring buffer holds 3 full hand-offs (2048 records each), drained as
+  // they come; the subcommands' 8 MiB would put the agent's maps past 20 MB.
+  uint32_t gpu_ring_bytes = 1u << 19;
   size_t max_gpu_kernel_rows = 16384;
 };
 
@@ -119,7 +120,7 @@ int run_agent(const AgentOptions& o) {
   });
   start("memleak", [&] {
     memleak = std::make_unique<MemleakCollector>(
-        session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs});
+        session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs, o.max_procs});
   });
   start("latency", [&] {
     latency = std::make_unique<LatencyCollector>(session,

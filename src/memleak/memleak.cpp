@@ -58,6 +58,7 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     }
     uint32_t allocs = cfg_.max_allocs ? cfg_.max_allocs : GS_ML_MAX_ALLOCS;
     bpf_map__set_max_entries(skel->maps.ml_allocs, allocs);
+    if (cfg_.max_procs) bpf_map__set_max_entries(skel->maps.ml_procs, cfg_.max_procs);
     if (cfg_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, allocs);
     return std::vector<bpf_program*>{skel->progs.ml_enter, skel->progs.ml_exit};
   });

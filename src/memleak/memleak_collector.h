@@ -108,6 +108,7 @@ class MemleakCollector {
     bool stacks = false;      // record and symbolize allocating stacks
     bool py_frames = true;    // with stacks: CPython frames read from the interpreter
     uint32_t max_allocs = 0;  // live allocations tracked, all processes; 0: GS_ML_MAX_ALLOCS
+    uint32_t max_procs = 0;   // processes tracked; 0: GS_ML_MAX_PROCS
   };
   struct Stats {
     uint64_t allocs_map_full = 0;   // allocations not recorded: map full
