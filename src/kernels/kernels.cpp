@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -387,6 +388,13 @@ void KernelsCollector::learn_new_keys() {
     callers_.try_emplace(k, v.caller);
     fresh.push_back(k);
   });
+  // A row counted after the last read of the ring has its naming call's event there: read it
+  // before naming (exits it meets wait for the next finish_exits, as this may run inside one).
+  if (!fresh.empty()) {
+    bool deferred = std::exchange(defer_exits_, true);
+    rb_->drain();
+    defer_exits_ = deferred;
+  }
   for (auto& k : fresh)
     if (std::get<1>(k) != GS_K_GRAPH && std::get<1>(k) != GS_K_HOST) launched_.insert({std::get<0>(k), std::get<2>(k)});
   for (auto& k : fresh) {
@@ -409,7 +417,9 @@ std::vector<KernelRow> KernelsCollector::rows_of(const std::map<Key, uint64_t>& 
 }
 
 std::vector<KernelRow> KernelsCollector::snapshot() {
-  finish_exits();  // an exited process's rows leave through its exit, never as live ones
+  // A counted launch's naming call came before it, so its event is in the ring already: read
+  // first, no row is taken for unknown while its name waits there.
+  drain();  // with the exits it read: an exited process's rows leave through its exit, never as live ones
   learn_new_keys();
   retry_unknown();
   return rows_of(read_counts());

@@ -457,6 +457,8 @@ std::vector<std::string> Starvation::folded_frames(const gs_s_sample_key& k, con
                                                    const std::string& thread) {
   std::vector<std::string> f{comm, thread};
   auto& u = ustack(k.pid, k.ustack_id, k.py_hash);
+  // As bcc's profile does: a sample whose user stack could not be taken still says so.
+  if (u.empty() && skel_->rodata->sample_ustack) f.push_back("[missed user stack]");
   f.insert(f.end(), u.rbegin(), u.rend());
   auto& ks = kstack(k.kstack_id);
   for (auto it = ks.rbegin(); it != ks.rend(); ++it) f.push_back(*it + "_[k]");
