@@ -18,11 +18,16 @@ mkdir -p "$OUT"
 [[ -x $PROG ]] || skip "launch_loop missing ($PROG)"
 [[ -x $BENCH ]] || skip "kernels_overhead missing ($BENCH)"
 probe_libs_for "$PROG" "$OUT/ldd.txt"
-summary=""
+# More rounds (GS85_ROUNDS) narrow the medians; the workload is pinned to one CPU where the host
+# has several, so that a migration does not land in one mode's rounds only.
+ROUNDS=${GS85_ROUNDS:-5}
+PIN=()
+if command -v taskset >/dev/null && (($(nproc) >= 4)); then PIN=(taskset -c $(($(nproc) - 2))); fi
+summary="rounds $ROUNDS${PIN:+, workload on CPU ${PIN[2]}}; "
 for mode in runtime driver; do
   arg=""
   [[ $mode == driver ]] && arg=" driver"
-  timeout 200 "$BENCH" --json --gpuscope "$GPUSCOPE" --rounds 5 --workload "$PROG 1000$arg" "${PROBE_LIBS[@]}" \
+  timeout $((40 * ROUNDS)) "$BENCH" --json --gpuscope "$GPUSCOPE" --rounds "$ROUNDS" --workload "${PIN[*]}${PIN:+ }$PROG 1000$arg" "${PROBE_LIBS[@]}" \
     >"$OUT/overhead_$mode.json" 2>"$OUT/overhead_$mode.err" ||
     fail "kernels_overhead ($mode) failed: $(tail -c 300 "$OUT/overhead_$mode.err")"
   cat "$OUT/overhead_$mode.json" >&2

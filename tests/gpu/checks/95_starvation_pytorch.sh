@@ -13,8 +13,11 @@ source "$(dirname "$0")/../lib/common.sh"
 GPUSCOPE=$1
 OUT=$2
 mkdir -p "$OUT"
-PIN=/sys/fs/bpf
-"$GPUSCOPE" bridge --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
+BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
+PIN=$BPFFS/gs$$
+mkdir -p "$PIN"
+trap '_cleanup; rm -rf "$PIN"' EXIT
+"$GPUSCOPE" bridge --pin-dir "$PIN" --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
 BR=$!
 track "$BR"
 sleep 3
