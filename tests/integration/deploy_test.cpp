@@ -358,11 +358,25 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
   for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
 }
 
+namespace {
+// The launches the agent has counted for the workload's processes.
+double comm_launches(const std::string& metrics, const Workload& w) {
+  return value_of(metrics, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
+}
+
+// Ten short-lived workload processes at once, each launching and exiting.
+void launch_batch(const Workload& w) {
+  std::vector<std::unique_ptr<Process>> batch;
+  for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
+  for (auto& p : batch) EXPECT_EQ(p->wait(30), 0) << p->err();
+}
+}  // namespace
+
 // A storm of short-lived launching processes (10 at a time) drives the agent over
-// --max-cpu-percent (set between its idle and storm costs): it steps down (stack sampling first:
-// the starvation collector runs on an empty pin dir), then holds every window after its last step
-// down within the limit while the storm goes on, steps back up after it, and has counted every
-// launch once. One process's launches alone would not do it: they are counted in BPF and cost the
+// --max-cpu-percent (2.5 times its idle cost, checked to be under its storm cost): it steps down
+// (stack sampling first: the starvation collector runs on an empty pin dir), then holds every
+// window after its last step down within the limit while the storm goes on, steps back up after
+// it, and has counted every launch once. One process's launches alone would not do it: they are counted in BPF and cost the
 // agent nothing (docs/deploy.md).
 TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   Workload w;
@@ -374,15 +388,8 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
     f.insert(f.end(), {"--max-cpu-percent", limit});
     return f;
   };
-  auto launches = [&](const std::string& m) {
-    return value_of(m, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
-  };
+  auto launches = [&](const std::string& m) { return comm_launches(m, w); };
   std::vector<std::string> storm_proc = {w.path(), "driver", "0"};
-  auto storm_batch = [&] {
-    std::vector<std::unique_ptr<Process>> batch;
-    for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(storm_proc));
-    for (auto& p : batch) EXPECT_EQ(p->wait(30), 0) << p->err();
-  };
   // The limit from this machine's idle cost (higher in a sanitized build): 2.5 times it, at least
   // 6 %; the agent's cost in a storm, which must be over it; and the launches one process makes.
   double idle = -1, storm = -1, per_proc;
@@ -411,18 +418,19 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
     std::string m = probe.until([&](const std::string& t) { return launches(t) > 0; });
     per_proc = launches(m);
     ASSERT_GT(per_proc, 0) << probe.proc().err();
-    // The storm's cost: a window that began after it had (its number is 2 past the first seen).
+    // The storm's cost: that of the first window to begin after the storm did.
     int first = static_cast<int>(value_of(probe.metrics(), "gpuscope_governor_windows_total", {}));
     for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
          std::chrono::steady_clock::now() < until;) {
-      storm_batch();
+      launch_batch(w);
       std::string t = probe.metrics();
       if (value_of(t, "gpuscope_governor_windows_total", {}) >= first + 2) {
         storm = value_of(t, "gpuscope_governor_cpu_ratio", {});
         break;
       }
     }
-      EXPECT_EQ(probe.stop(), 0);
+    ASSERT_GE(storm, 0) << "no governor window ended within 20 s of storm";
+    EXPECT_EQ(probe.stop(), 0);
   }
   char limit[32];
   snprintf(limit, sizeof limit, "%.1f", std::max(6.0, 250 * idle));
@@ -445,7 +453,7 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   json health;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(45);
   while (std::chrono::steady_clock::now() < end) {
-    storm_batch();
+    launch_batch(w);
     procs += 10;
     std::string t = a.metrics();
     int n = static_cast<int>(value_of(t, "gpuscope_governor_windows_total", {}));
@@ -461,7 +469,8 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   }
   std::ostringstream seen;
   for (auto& [n, win] : windows) seen << " #" << n << ": level " << win.level << " cpu " << win.cpu << ";";
-  ASSERT_GE(deepest, 1) << "idle " << idle << ", storm " << storm << ", limit " << limit_ratio << ":" << seen.str() << a.proc().err();
+  ASSERT_GE(deepest, 1) << "idle " << idle << ", storm " << storm << ", limit " << limit_ratio << ":" << seen.str()
+                        << a.proc().err();
   // Within the limit but in the windows that stepped down (each over it, by definition); a
   // window is judged when the one before it was recorded too.
   int judged = 0, over = 0;
@@ -517,17 +526,13 @@ TEST(Deploy, GovernorAtItsDeepestStillCountsEveryLaunch) {
             json::array({"stack sampling at 12 Hz (of 49)", "refresh every 4th interval", "refresh every 16th interval",
                          "events read every 50 ms, exits and new processes handled at the refresh, in batches"}))
       << health.dump();
-  auto launches = [&](const std::string& t) {
-    return value_of(t, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
-  };
+  auto launches = [&](const std::string& t) { return comm_launches(t, w); };
   Process one({w.path(), "driver", "0"});
   ASSERT_EQ(one.wait(30), 0) << one.err();
   std::string t = a.until([&](const std::string& x) { return launches(x) > 0; }, 20);
   double per_proc = launches(t);
   ASSERT_GT(per_proc, 0) << a.proc().err();
-  std::vector<std::unique_ptr<Process>> batch;
-  for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
-  for (auto& p : batch) ASSERT_EQ(p->wait(30), 0) << p->err();
+  launch_batch(w);
   std::string all = a.until([&](const std::string& x) { return launches(x) == 11 * per_proc; }, 20);
   EXPECT_NE(all, "") << "launches " << launches(a.metrics()) << " of " << 11 * per_proc;
   EXPECT_EQ(value_of(a.metrics(), "gpuscope_governor_level", {}), 4);
