@@ -32,7 +32,7 @@ function(gpuscope_bpf name src)
   get_filename_component(dir ${abs} DIRECTORY)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${GPUSCOPE_BPF_ARCH} -Wall -Wno-unused-function
+    COMMAND sh ${PROJECT_SOURCE_DIR}/cmake/retry_crash.sh ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${GPUSCOPE_BPF_ARCH} -Wall -Wno-unused-function
             -I${GPUSCOPE_GEN_DIR} -I${PROJECT_SOURCE_DIR}/src -I${dir} -MD -MF ${dep} -MT ${obj}
             -c ${abs} -o ${obj}
     DEPENDS ${abs} ${GPUSCOPE_GEN_DIR}/vmlinux.h

@@ -519,6 +519,26 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
       }
       m.histogram("gpuscope_api_duration_seconds", l, bounds, counts, sum_s);
     }
+    m.family("gpuscope_api_probe_hits_total", T::counter,
+             "Entries of the latency collector's probes by API and outcome: timed, or not timed as nested in an "
+             "outer call of the same layer, filtered out (-c), or an unsampled launch");
+    for (unsigned api = 0; api < in.latency->sites.size(); api++) {
+      const LatencySiteCounts& c = in.latency->sites[api];
+      if (!c.entries) continue;
+      PromLabels l{{"api", api_symbol(api)}, {"layer", layer_name(api_desc(api).layer)}};
+      for (auto [outcome, n] : {std::pair<const char*, uint64_t>{"timed", c.timed()},
+                                {"nested", c.nested},
+                                {"filtered", c.filtered},
+                                {"unsampled", c.unsampled}}) {
+        auto x = l;
+        x.push_back({"outcome", outcome});
+        m.add("gpuscope_api_probe_hits_total", x, static_cast<double>(n));
+      }
+    }
+    m.family("gpuscope_api_launch_sample", T::gauge,
+             "The latency collector times one kernel launch in this many (gpuscope_api_calls_total and "
+             "gpuscope_api_duration_seconds of launch APIs count the timed ones)");
+    m.add("gpuscope_api_launch_sample", {}, static_cast<double>(in.latency->launch_sample));
   }
   if (in.ioctl) {
     m.family("gpuscope_ioctl_calls_total", T::counter,

@@ -26,6 +26,10 @@ namespace gpuscope {
 
 namespace {
 
+// An always-on process times one launch in 16: the histogram still fills within a second on
+// a launch-bound process, and 15 launches in 16 cost one entry probe, shared with kernels'.
+constexpr unsigned kAgentLaunchSample = 16;
+
 struct AgentOptions {
   CommonFlags common;
   Scope scope;
@@ -48,6 +52,9 @@ struct AgentOptions {
   // GPU time: 512 KiB of ring buffer holds 3 full hand-offs (2048 records each), drained as
   // they come; the subcommands' 8 MiB would put the agent's maps past 20 MB.
   uint32_t gpu_ring_bytes = 1u << 19;
+  // latency: the rows timed (empty: agent_latency_rows()) and one launch in N timed.
+  std::vector<std::string> latency_apis;
+  unsigned latency_sample = kAgentLaunchSample;
   size_t max_gpu_kernel_rows = 16384;
 };
 
@@ -75,6 +82,8 @@ int run_agent(const AgentOptions& o) {
   auto names = parse_collectors(o.collectors);
   parse_listen(o.listen);
   o.scope.validate();
+  const std::vector<bool> latency_rows =
+      o.latency_apis.empty() ? always_on_latency_rows() : select_apis(o.latency_apis, "all");
   AgentView view({o.max_kernels, o.retain_s, o.pods_dir});
   // Signals go to the loop thread only: the HTTP thread is started with them blocked.
   sigset_t block, old;
@@ -123,8 +132,8 @@ int run_agent(const AgentOptions& o) {
         session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs, o.max_procs});
   });
   start("latency", [&] {
-    latency = std::make_unique<LatencyCollector>(session,
-                                                 LatencyCollector::Config{select_apis({}, "all"), false, o.scope.comm});
+    latency = std::make_unique<LatencyCollector>(
+        session, LatencyCollector::Config{latency_rows, false, o.scope.comm, o.latency_sample});
   });
   std::unique_ptr<IoctlCollector> ioctl;
   start("ioctl", [&] {
@@ -490,6 +499,13 @@ void register_agent(CLI::App& app) {
   cmd->add_option("--listen", o->listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)");
   cmd->add_option("--collectors", o->collectors,
                   "Comma-separated collectors (default kernels,memleak,latency,ioctl,starvation,gputime,bridge)");
+  cmd->add_option("--latency-apis", o->latency_apis,
+                  "CUDA APIs the latency collector times (comma-separated; default: synchronization, memory, copies, "
+                  "graphs and the driver's launches, not the per-operation device and context queries)")
+      ->delimiter(',');
+  add_number(cmd, "--latency-sample-launches", o->latency_sample,
+             "Time one kernel launch in N (needs uprobe sessions, kernel 6.12+; default 16; 1: every launch)", "N", 1,
+             65535);
   add_number(cmd, "--max-kernels-per-process", o->max_kernels,
              "Kernel series per process; the rest are summed in kernel=\"other\" (default 50)", "kernels", 1, 100000);
   add_number(cmd, "--interval", o->interval_s, "Refresh what is served every SECONDS (default 1)", "seconds", 0.05,

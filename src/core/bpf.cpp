@@ -35,9 +35,10 @@ void Link::reset() {
 // libbpf 1.1 predates uprobe_multi, so the constants and the link_create layout come from
 // the kernel's UAPI (include/uapi/linux/bpf.h, 6.6+).
 namespace {
-constexpr int kTraceUprobeMulti = 48;  // BPF_TRACE_UPROBE_MULTI
-constexpr int kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
-constexpr int kBpfLinkCreate = 28;     // BPF_LINK_CREATE
+constexpr int kTraceUprobeMulti = 48;    // BPF_TRACE_UPROBE_MULTI
+constexpr int kTraceUprobeSession = 57;  // BPF_TRACE_UPROBE_SESSION (6.12+)
+constexpr int kUprobeMultiReturn = 1;    // BPF_F_UPROBE_MULTI_RETURN
+constexpr int kBpfLinkCreate = 28;       // BPF_LINK_CREATE
 struct LinkCreateUprobeMulti {
   uint32_t prog_fd;
   uint32_t target_fd;
@@ -59,10 +60,14 @@ void prepare_uprobe_multi(bpf_program* prog) {
   bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeMulti));
 }
 
+void prepare_uprobe_session(bpf_program* prog) {
+  bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(kTraceUprobeSession));
+}
+
 Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err) {
   LinkCreateUprobeMulti attr{};
   attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
-  attr.attach_type = kTraceUprobeMulti;
+  attr.attach_type = t.session ? kTraceUprobeSession : kTraceUprobeMulti;
   attr.path = reinterpret_cast<uint64_t>(t.path.c_str());
   attr.offsets = reinterpret_cast<uint64_t>(t.offsets.data());
   attr.cookies = reinterpret_cast<uint64_t>(t.cookies.data());

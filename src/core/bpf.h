@@ -68,8 +68,11 @@ struct UprobeMultiTarget {
   std::vector<uint64_t> cookies;
   pid_t pid = -1;
   bool retprobe = false;
+  bool session = false;  // one program at entry and return (BPF_TRACE_UPROBE_SESSION, 6.12+)
 };
 void prepare_uprobe_multi(bpf_program* prog);
+// For a program that runs as a uprobe session: loaded with this, attached with `session`.
+void prepare_uprobe_session(bpf_program* prog);
 Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err);
 
 // -c COMM: the rodata of src/common/comm_filter.bpf.h.

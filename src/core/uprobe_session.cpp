@@ -109,6 +109,7 @@ size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& p
       if (t.offsets.empty()) continue;
       t.path = path;
       t.retprobe = p.retprobe;
+      t.session = p.session;
       for (pid_t pid : pids) {
         t.pid = pid;
         AttachTally tally;

@@ -32,11 +32,13 @@ struct Scope {
   void validate() const;
 };
 
-// One program at the selected rows, entry or return.
+// One program at the selected rows: entry, return, or both as a uprobe session (the session
+// kind needs the collector loaded with open_and_load_session).
 struct SiteProbe {
   bpf_program* prog;
   bool retprobe;
   std::vector<bool> rows;  // GS_API_COUNT entries
+  bool session = false;
 };
 
 // Rows of the site table whose description satisfies pred.
@@ -139,6 +141,33 @@ bool open_and_load_uprobes(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Confi
                        " (is the kernel built with BTF and uprobes? try 'gpuscope doctor')");
   }
   return false;
+}
+
+// As open_and_load_uprobes, but first (when try_session) loads session_prog(skel) as a uprobe
+// session (kernel 6.12+: one program at entry and return, whose entry decides whether the
+// return probe runs) without the programs configure() returns; where that does not load, those
+// programs as open_and_load_uprobes loads them, without the session program.
+struct SessionLoad {
+  bool session = false;  // the session program loaded
+  bool multi = false;    // programs are uprobe_multi (always, with a session)
+};
+template <class Skel, class Ptr, class Configure, class Pick>
+SessionLoad open_and_load_with_session(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Configure configure,
+                                       Pick session_prog, bool try_session) {
+  if (try_session) {
+    skel.reset(open());
+    if (!skel) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
+    std::vector<bpf_program*> legacy = configure(skel.get());
+    for (bpf_program* p : legacy) bpf_program__set_autoload(p, false);
+    prepare_uprobe_session(session_prog(skel.get()));
+    if (load(skel.get()) == 0) return {true, true};
+  }
+  SessionLoad r;
+  r.multi = open_and_load_uprobes(skel, open, load, [&](Skel* s) {
+    bpf_program__set_autoload(session_prog(s), false);
+    return configure(s);
+  });
+  return r;
 }
 
 }  // namespace gpuscope

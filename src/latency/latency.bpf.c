@@ -88,47 +88,77 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return r;
 }
 
-SEC("uprobe")
-int gs_lat_enter(struct pt_regs *ctx)
+/* Per row: every entry the probe took, and why it was not timed. What a probe costs but
+ * never reports shows here (gpuscope latency -v, the agent's gpuscope_api_probe_hits_total). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GS_API_COUNT);
+	__type(key, __u32);
+	__type(value, struct gs_lat_site);
+} sites SEC(".maps");
+
+/* Time one outermost call of a GS_ROLE_LAUNCH row in this many, at random (1: all). Only a session
+ * spares the others their return probe, so userspace sets it above 1 only then. */
+const volatile __u32 launch_sample = 1;
+
+extern bool bpf_session_is_return(void) __ksym __weak;
+
+static __always_inline struct gs_lat_site *site_of(__u32 api)
 {
-	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	return bpf_map_lookup_elem(&sites, &api);
+}
+
+/* The entry half. Returns 0 when the call is timed (its return must run), 1 when not: a
+ * session then skips the return probe. */
+static __always_inline int enter(__u32 api, bool session)
+{
 	if (api >= GS_API_COUNT)
-		return 0;
+		return 1;
 	__u32 layer = apis[api].layer & 1;
-	if (!comm_matches())
-		return 0;
+	bool launch = apis[api].roles & GS_ROLE_LAUNCH;
+	/* Read while the verifier still knows api's bound: the compiler would sink the loads. */
+	asm volatile("" ::: "memory");
+	struct gs_lat_site *site = site_of(api);
+	if (site)
+		site->entries += 1;
+	if (!comm_matches()) {
+		if (site)
+			site->filtered += 1;
+		return 1;
+	}
 	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0,
 						     BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count_drop(GS_LAT_DROP_STATE_FULL);
-		return 0;
+		return 1;
 	}
 	st += layer;
-	if (st->depth++ > 0)
+	if (st->depth > 0) {
+		if (site)
+			site->nested += 1;
+		if (session)
+			return 1;
+		st->depth++;
 		return 0;
+	}
+	if (session && launch_sample > 1 && launch) {
+		/* Random, not every Nth: a step's launches come in a fixed order, and a fixed stride
+		 * would never time the ones at some positions. Unsampled launches leave no state,
+		 * so no return has to undo it. */
+		if (bpf_get_prandom_u32() % launch_sample) {
+			if (site)
+				site->unsampled += 1;
+			return 1;
+		}
+	}
+	st->depth = 1;
 	st->api = api;
 	st->start_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
-SEC("uretprobe")
-int gs_lat_exit(struct pt_regs *ctx)
+static __always_inline void record(__u32 api, __u64 dur, __s32 ret)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
-	__s32 ret = (__s32)PT_REGS_RC(ctx);
-	if (api >= GS_API_COUNT)
-		return 0;
-	__u32 layer = apis[api].layer & 1;
-	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
-	if (!st)
-		return 0;
-	st += layer;
-	if (st->depth == 0 || --st->depth > 0)
-		return 0;
-	__u64 dur = now - st->start_ns;
-	api = st->api;
-
 	__u32 pid = per_process ? bpf_get_current_pid_tgid() >> 32 : 0;
 	struct gs_lat_key k = {.pid = pid, .api = api};
 	struct gs_lat_stats *s = bpf_map_lookup_elem(&stats, &k);
@@ -140,7 +170,7 @@ int gs_lat_exit(struct pt_regs *ctx)
 		s = bpf_map_lookup_elem(&stats, &k);
 		if (!s) {
 			count_drop(GS_LAT_DROP_HIST_FULL);
-			return 0;
+			return;
 		}
 	}
 	s->buckets[log2_bucket(dur) & (GS_LAT_BUCKETS - 1)] += 1;
@@ -148,9 +178,52 @@ int gs_lat_exit(struct pt_regs *ctx)
 		s->max_ns = dur;
 	if (ret == 0) {
 		s->ret_zero += 1;
-		return 0;
+		return;
 	}
 	struct gs_lat_ret_key rk = {.pid = pid, .api = api, .ret = ret};
 	add(&rets, &rk, 1);
+}
+
+/* The return half: only the outermost call of its layer is timed. */
+static __always_inline void leave(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__s32 ret = (__s32)PT_REGS_RC(ctx);
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	if (api >= GS_API_COUNT)
+		return;
+	__u32 layer = apis[api].layer & 1;
+	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return;
+	st += layer;
+	if (st->depth == 0 || --st->depth > 0)
+		return;
+	record(st->api, now - st->start_ns, ret);
+}
+
+SEC("uprobe")
+int gs_lat_enter(struct pt_regs *ctx)
+{
+	enter((__u32)bpf_get_attach_cookie(ctx), false);
 	return 0;
+}
+
+SEC("uretprobe")
+int gs_lat_exit(struct pt_regs *ctx)
+{
+	leave(ctx);
+	return 0;
+}
+
+/* Kernel 6.12+: one program at entry and return (BPF_TRACE_UPROBE_SESSION), and only the
+ * calls it times take the return probe: nested, filtered and unsampled calls cost one trap. */
+SEC("uprobe")
+int gs_lat_session(struct pt_regs *ctx)
+{
+	if (bpf_session_is_return()) {
+		leave(ctx);
+		return 0;
+	}
+	return enter((__u32)bpf_get_attach_cookie(ctx), true);
 }

@@ -3,6 +3,8 @@
 #include <bpf/bpf.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/bpf.h"
 #include "core/cuda_api.h"
@@ -15,13 +17,24 @@ namespace gpuscope {
 
 LatencyCollector::LatencyCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, latency_bpf__destroy) {
-  bool multi = open_and_load_uprobes(skel_, latency_bpf__open, latency_bpf__load, [&](latency_bpf* skel) {
-    auto* ro = skel->rodata;
-    ro->per_process = cfg_.per_process;
-    set_comm_filter(ro, cfg_.comm);
-    return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
-  });
-  session.add({{skel_->progs.gs_lat_enter, false, cfg_.apis}, {skel_->progs.gs_lat_exit, true, cfg_.apis}}, multi);
+  if (cfg_.launch_sample == 0) cfg_.launch_sample = 1;
+  const char* env = getenv("GPUSCOPE_UPROBE_SESSION");
+  const bool try_session = !(env && strcmp(env, "0") == 0);
+  SessionLoad ld = open_and_load_with_session(
+      skel_, latency_bpf__open, latency_bpf__load,
+      [&](latency_bpf* skel) {
+        auto* ro = skel->rodata;
+        ro->per_process = cfg_.per_process;
+        ro->launch_sample = cfg_.launch_sample;
+        set_comm_filter(ro, cfg_.comm);
+        return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
+      },
+      [](latency_bpf* skel) { return skel->progs.gs_lat_session; }, try_session);
+  session_ = ld.session;
+  if (session_)
+    session.add({{skel_->progs.gs_lat_session, false, cfg_.apis, true}}, true);
+  else
+    session.add({{skel_->progs.gs_lat_enter, false, cfg_.apis}, {skel_->progs.gs_lat_exit, true, cfg_.apis}}, ld.multi);
 }
 
 LatencyCollector::~LatencyCollector() = default;
@@ -43,12 +56,43 @@ LatencySnapshot LatencyCollector::snapshot() const {
     for (auto x : v) n += x;
     s.rows[{k.pid, k.api}].rets[k.ret] += n;
   });
+  s.sites = sites();
+  s.launch_sample = launch_sample();
   return s;
 }
 
 LatencyCollector::Stats LatencyCollector::stats() const {
   int fd = bpf_map__fd(skel_->maps.drops);
   return {percpu_sum(fd, GS_LAT_DROP_STATE_FULL), percpu_sum(fd, GS_LAT_DROP_HIST_FULL)};
+}
+
+std::vector<LatencySiteCounts> LatencyCollector::sites() const {
+  std::vector<LatencySiteCounts> out(GS_API_COUNT);
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return out;
+  std::vector<gs_lat_site> v(static_cast<size_t>(ncpu));
+  int fd = bpf_map__fd(skel_->maps.sites);
+  for (uint32_t api = 0; api < GS_API_COUNT; api++) {
+    if (bpf_map_lookup_elem(fd, &api, v.data()) != 0) continue;
+    for (auto& c : v) {
+      out[api].entries += c.entries;
+      out[api].nested += c.nested;
+      out[api].filtered += c.filtered;
+      out[api].unsampled += c.unsampled;
+    }
+  }
+  return out;
+}
+
+std::vector<bool> always_on_latency_rows() {
+  return rows_where([](const gs_api_desc& d) {
+    if (!(d.roles & GS_ROLE_CALL)) return false;
+    if (d.layer == GS_LAYER_RUNTIME && (d.roles & GS_ROLE_LAUNCH)) return false;
+    if (d.ctx_op == GS_CTX_RT_SET_DEVICE || d.ctx_op == GS_CTX_SET_CURRENT || d.ctx_op == GS_CTX_PUSH ||
+        d.ctx_op == GS_CTX_POP)
+      return false;
+    return d.out != GS_OUT_DEVICE;  // cudaGetDevice
+  });
 }
 
 std::string latency_ret_name(unsigned api, int32_t ret) {

@@ -28,12 +28,21 @@ struct gs_lat_ret_key {
 	__u32 pad2;
 };
 
+/* Per site-table row, summed over CPUs: entries the probe took, and those not timed. */
+struct gs_lat_site {
+	__u64 entries;
+	__u64 nested;    /* inside an outer call of the same layer */
+	__u64 filtered;  /* -c did not match */
+	__u64 unsampled; /* launches left untimed by the launch sample */
+};
+
 enum gs_lat_drop { GS_LAT_DROP_STATE_FULL, GS_LAT_DROP_HIST_FULL, GS_LAT_DROP_COUNT };
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_lat_key) == 8);
 static_assert(sizeof(gs_lat_stats) == 8 * (GS_LAT_BUCKETS + 2));
 static_assert(sizeof(gs_lat_ret_key) == 16);
+static_assert(sizeof(gs_lat_site) == 32);
 #endif
 
 #endif

@@ -24,6 +24,7 @@ struct LatencyOptions {
       "cuLaunchKernel", "cuMemAlloc_v2"};
   bool per_process = false;
   double interval_s = 0;  // 0: print once, at the end
+  unsigned launch_sample = 1;
 };
 
 // Processes that have exited since keep their histogram but lose their name.
@@ -37,6 +38,8 @@ class LatencyView {
  public:
   explicit LatencyView(const LatencyOptions& o) : o_(o) {}
   void print(const LatencySnapshot& now, bool final, const LatencyCollector::Stats* stats);
+  // What each probed row's probes took, and why calls were not timed (JSON lines, or with -v).
+  void print_probes(const std::vector<LatencySiteCounts>& sites);
 
  private:
   const LatencyOptions& o_;
@@ -121,25 +124,59 @@ void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCol
   out_.flush();
 }
 
+void LatencyView::print_probes(const std::vector<LatencySiteCounts>& sites) {
+  auto it = std::back_inserter(out_.buf());
+  bool header = false;
+  for (unsigned api = 0; api < sites.size(); api++) {
+    const auto& c = sites[api];
+    if (!c.entries) continue;
+    const uint64_t timed = c.timed();
+    if (o_.common.json) {
+      JsonLine(out_.buf())
+          .str("type", "probes")
+          .str("api", api_symbol(api))
+          .str("layer", layer_name(api_desc(api).layer))
+          .num("entries", c.entries)
+          .num("timed", timed)
+          .num("nested", c.nested)
+          .num("filtered", c.filtered)
+          .num("unsampled", c.unsampled)
+          .end();
+    } else if (o_.common.verbose) {
+      if (!header)
+        fmt::format_to(it, "probe hits:\n  {:<32} {:>8} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "API", "LAYER",
+                       "ENTRIES", "TIMED", "NESTED", "FILTERED", "UNSAMPLED");
+      header = true;
+      fmt::format_to(it, "  {:<32} {:>8} {:>12} {:>12} {:>12} {:>12} {:>12}\n", api_symbol(api),
+                     layer_name(api_desc(api).layer), c.entries, timed, c.nested, c.filtered, c.unsampled);
+    }
+  }
+  out_.flush();
+}
+
 int run_latency(const LatencyOptions& o) {
   std::vector<bool> apis = select_apis(o.apis, "all");
   o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  LatencyCollector latency(session, {apis, o.per_process, o.scope.comm});
+  LatencyCollector latency(session, {apis, o.per_process, o.scope.comm, o.launch_sample});
   LatencyView view(o);
   session.start();
   EventLoop loop(o.common.duration_s);
   session.watch(loop);
   if (o.interval_s > 0) loop.every(o.interval_s, [&] { view.print(latency.snapshot(), false, nullptr); });
   auto st = session.stats();
-  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects; %s. Ctrl-C to end.\n", st.probes, st.objects,
+  fprintf(stderr, "gpuscope: timing %zu probes in %zu CUDA objects (%s); %s. Ctrl-C to end.\n", st.probes, st.objects,
+          latency.session() ? fmt::format("uprobe sessions, 1 launch in {} timed", latency.launch_sample()).c_str()
+                            : "entry and return probes",
           o.interval_s > 0 ? fmt::format("printing every {} s", o.interval_s).c_str() : "printing at the end");
   loop.run();
   session.detach();
   auto stats = latency.stats();
-  view.print(latency.snapshot(), true, &stats);
+  LatencySnapshot last = latency.snapshot();
+  view.print(last, true, &stats);
+  view.print_probes(last.sites);
   return 0;
 }
 
@@ -156,6 +193,9 @@ void register_latency(CLI::App& app) {
                   "cudaStreamSynchronize,cudaDeviceSynchronize,cuLaunchKernel,cuMemAlloc_v2)")
       ->delimiter(',');
   cmd->add_flag("--per-process", o->per_process, "One histogram per process");
+  add_number(cmd, "--sample-launches", o->launch_sample,
+             "Time one kernel launch in N (with uprobe sessions, kernel 6.12+; default 1: every launch)", "N", 1,
+             65535);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01,
              86400);
   cmd->footer(

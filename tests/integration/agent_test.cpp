@@ -224,6 +224,8 @@ TEST(Agent, BadInput) {
   expect_usage_error({"--collectors", "kernels,gpu_magic"}, "unknown collector 'gpu_magic'");
   expect_usage_error({"--collectors", ","}, "--collectors must name at least one collector");
   expect_usage_error({"--max-kernels-per-process", "0"}, "--max-kernels-per-process must be");
+  expect_usage_error({"--latency-apis", "cudaNope"}, "--api: unknown or untraced CUDA API 'cudaNope'");
+  expect_usage_error({"--latency-sample-launches", "0"}, "--latency-sample-launches must be");
   expect_usage_error({"-p", "999999999"}, "");
 }
 
@@ -308,11 +310,19 @@ TEST(Agent, MetricsAndApi) {
   ASSERT_EQ(k.size(), 2u) << m;
   EXPECT_EQ(value_of(m, "gpuscope_kernel_launches_total", {{"pid", dps}, {"kernel", "kern_a"}}), 5);
   EXPECT_EQ(value_of(m, "gpuscope_kernel_launches_total", {{"pid", dps}, {"kernel", "kern_b"}}), 3);
-  EXPECT_EQ(value_of(m, "gpuscope_api_calls_total",
-                     {{"api", "cuLaunchKernel"}, {"layer", "driver"}, {"result", "CUDA_SUCCESS"}}),
+  // One launch in 16 is timed, at random (every one where the kernel has no uprobe sessions);
+  // every entry is counted.
+  const double sample = value_of(m, "gpuscope_api_launch_sample", {});
+  ASSERT_TRUE(sample == 16 || sample == 1) << sample;
+  const double timed = value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "timed"}});
+  if (sample == 1) EXPECT_EQ(timed, 8);
+  EXPECT_EQ(timed + value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "unsampled"}}),
             8);
-  EXPECT_EQ(value_of(m, "gpuscope_api_duration_seconds_count", {{"api", "cuLaunchKernel"}}), 8);
-  EXPECT_EQ(value_of(m, "gpuscope_api_duration_seconds_bucket", {{"api", "cuLaunchKernel"}, {"le", "+Inf"}}), 8);
+  EXPECT_EQ(std::max(0.0, value_of(m, "gpuscope_api_calls_total",
+                                   {{"api", "cuLaunchKernel"}, {"layer", "driver"}, {"result", "CUDA_SUCCESS"}})),
+            timed);
+  EXPECT_EQ(std::max(0.0, value_of(m, "gpuscope_api_duration_seconds_count", {{"api", "cuLaunchKernel"}})), timed);
+  EXPECT_EQ(value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "nested"}}), 0);
   // The exited process's series go once a scrape has seen them; the comm's totals stay.
   std::string later = scrape_until(a, [&](const std::string& t) {
     return where(samples(t, "gpuscope_kernel_launches_total"), {{"pid", dps}}).empty();
@@ -957,4 +967,52 @@ TEST(Agent, StarvationWithTheBridgeInside) {
   EXPECT_EQ(g.wait(30), 0) << g.err();
   // The agent's bridge leaves its pins, as `gpuscope bridge` does: their data goes stale.
   EXPECT_EQ(d.entries(), 4);
+}
+
+// By default the latency collector leaves out what a framework calls around every operation
+// (cudaGetDevice) and the runtime's launches (timed on the driver layer, where each arrives):
+// those APIs are not even probed. --latency-apis puts them back, every call timed.
+TEST(Agent, LatencyProbesOnlyWhatItReports) {
+  Workload w;
+  {
+    Agent a(w, {"--collectors", "latency"});
+    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
+    ASSERT_EQ(p.wait(30), 0) << p.err();
+    sleep_s(0.6);  // a refresh after the last call
+    std::string m = scrape_until(a, [&](const std::string& t) {
+      return value_of(t, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernelEx"}, {"outcome", "unsampled"}}) > 0;
+    });
+    ASSERT_NE(m, "") << a.metrics();
+    EXPECT_TRUE(where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cudaGetDevice"}}).empty()) << m;
+    EXPECT_TRUE(where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cudaLaunchKernel"}}).empty()) << m;
+    EXPECT_TRUE(where(samples(m, "gpuscope_api_calls_total"), {{"api", "cudaGetDevice"}}).empty()) << m;
+    // Launches are counted exactly at entry whether or not they were timed.
+    double entries = 0;
+    for (auto& s : where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernel"}})) entries += s.value;
+    double ex = 0;
+    for (auto& s : where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) ex += s.value;
+    EXPECT_GT(entries, 0);
+    EXPECT_EQ(entries, 3 * ex) << "per step 2 runtime launches (each reaching cuLaunchKernel), 1 cuLaunchKernel, 1 Ex";
+    EXPECT_EQ(value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cudaDeviceSynchronize"}, {"outcome", "timed"}}),
+              value_of(m, "gpuscope_api_calls_total", {{"api", "cudaDeviceSynchronize"}, {"result", "cudaSuccess"}}));
+    EXPECT_EQ(a.stop(), 0);
+  }
+  {
+    Agent a(w, {"--collectors", "latency", "--latency-apis", "cudaGetDevice,cudaLaunchKernel",
+                "--latency-sample-launches", "1"});
+    Process p({w.path(), "torch_steps", "100", "2", "0", "0", "6", "1000"});
+    ASSERT_EQ(p.wait(30), 0) << p.err();
+    sleep_s(0.6);
+    std::string m = scrape_until(a, [&](const std::string& t) {
+      return value_of(t, "gpuscope_api_probe_hits_total", {{"api", "cudaLaunchKernel"}, {"outcome", "timed"}}) > 0;
+    });
+    ASSERT_NE(m, "") << a.metrics();
+    double launches = value_of(m, "gpuscope_api_calls_total", {{"api", "cudaLaunchKernel"}, {"result", "cudaSuccess"}});
+    EXPECT_EQ(value_of(m, "gpuscope_api_calls_total", {{"api", "cudaGetDevice"}, {"result", "cudaSuccess"}}),
+              3 * launches) << "6 queries a step over 2 launches";
+    EXPECT_EQ(value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cudaLaunchKernel"}, {"outcome", "unsampled"}}), 0);
+    EXPECT_EQ(value_of(m, "gpuscope_api_launch_sample", {}), 1);
+    EXPECT_TRUE(where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernel"}}).empty()) << m;
+    EXPECT_EQ(a.stop(), 0);
+  }
 }

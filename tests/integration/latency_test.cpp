@@ -16,9 +16,10 @@ namespace {
 std::string standin_drv() { return standin_lib_dir() + "/libcuda.so.1"; }
 
 // Runs `gpuscope latency ARGS` around one workload run; returns stdout.
-std::string latency_around(std::vector<std::string> args, const std::vector<std::string>& workload, pid_t* pid) {
+std::string latency_around(std::vector<std::string> args, const std::vector<std::string>& workload, pid_t* pid,
+                           const std::vector<std::string>& env = {}, std::string* err = nullptr) {
   args.insert(args.begin(), {gpuscope_bin(), "latency"});
-  Process g(args);
+  Process g(args, env);
   EXPECT_TRUE(g.wait_for("gpuscope: timing", 30, true)) << g.err();
   // SCHED_FIFO keeps the build jobs sharing this VM from preempting the busy-waits.
   std::vector<std::string> argv{"chrt", "-f", "10"};
@@ -29,7 +30,15 @@ std::string latency_around(std::vector<std::string> args, const std::vector<std:
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   g.signal(SIGINT);
   EXPECT_EQ(g.wait(30), 0) << g.err();
+  if (err) *err = g.err();
   return g.out();
+}
+
+// The probes line of one API (entries and why calls were not timed), host-wide.
+json probes_of(const std::vector<json>& lines, const std::string& api) {
+  for (auto& l : lines)
+    if (l["type"] == "probes" && l["api"] == api) return l;
+  return json();
 }
 
 std::vector<json> of(const std::vector<json>& lines, const std::string& type, pid_t pid, const std::string& api) {
@@ -119,6 +128,8 @@ TEST(Latency, BadInputOneLineExit2) {
   for (std::vector<std::string> a : {std::vector<std::string>{"--bogus"},
                                      {"--api", "cudaNope"},
                                      {"--interval", "0"},
+                                     {"--sample-launches", "0"},
+                                     {"--sample-launches", "1.5"},
                                      {"-p", "999999999"}}) {
     a.insert(a.begin(), {gpuscope_bin(), "latency"});
     auto r = run(a);
@@ -140,4 +151,67 @@ TEST(Latency, IntervalsPrintDeltas) {
   EXPECT_EQ(total, 6u) << "each call is reported in exactly one interval";
   EXPECT_EQ(errors, 6u);
   EXPECT_GE(reports, 1u);
+}
+
+// 200 runtime launches, each reaching the driver's cuLaunchKernel, timed one in 4 at random on
+// each layer (uprobe sessions: the others take no return probe); 2 cudaMalloc calls, all timed.
+TEST(Latency, LaunchSampleAndProbeCounts) {
+  pid_t pid;
+  std::string err;
+  const std::vector<std::string> args = {"--json", "--per-process", "--api", "cudaLaunchKernel,cuLaunchKernel,cudaMalloc",
+                                         "--sample-launches", "4", "-c", "standin_app", "--lib", standin_drv(), "--lib",
+                                         standin_lib_dir() + "/libcudart.so.13"};
+  auto lines = parse_lines(latency_around(args, {standin_app(), "calls", "2", "200"}, &pid, {}, &err));
+  EXPECT_NE(err.find("uprobe sessions, 1 launch in 4 timed"), std::string::npos) << err;
+  for (const char* api : {"cudaLaunchKernel", "cuLaunchKernel"}) {
+    json p = probes_of(lines, api);
+    ASSERT_FALSE(p.is_null()) << api;
+    EXPECT_EQ(p["entries"], 200) << p.dump();
+    const uint64_t timed = p["timed"];
+    // Binomial(200, 1/4): mean 50, standard deviation 6.1; outside 20..80 once in ~10^6 runs.
+    EXPECT_GE(timed, 20u) << p.dump();
+    EXPECT_LE(timed, 80u) << p.dump();
+    EXPECT_EQ(p["unsampled"].get<uint64_t>(), 200 - timed) << p.dump();
+    EXPECT_EQ(p["nested"], 0) << p.dump();
+    EXPECT_EQ(p["filtered"], 0) << p.dump();
+    auto h = of(lines, "latency", pid, api);
+    ASSERT_EQ(h.size(), 1u) << api;
+    EXPECT_EQ(h[0]["count"].get<uint64_t>(), timed) << api;
+  }
+  EXPECT_EQ(probes_of(lines, "cuLaunchKernel")["layer"], "driver");
+  json m = probes_of(lines, "cudaMalloc");
+  EXPECT_EQ(m["entries"], 2);
+  EXPECT_EQ(m["timed"], 2);
+  EXPECT_EQ(m["unsampled"], 0);
+  auto h = of(lines, "latency", pid, "cudaMalloc");
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["count"], 2);
+}
+
+// Without uprobe sessions (GPUSCOPE_UPROBE_SESSION=0, as on kernels before 6.12) every call
+// takes its return probe anyway, so every launch is timed; -c that matches nothing times none.
+TEST(Latency, EntryAndReturnProbesWithoutSessions) {
+  pid_t pid;
+  std::string err;
+  const std::string rt = standin_lib_dir() + "/libcudart.so.13";
+  auto lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "--sample-launches",
+                                           "4", "-c", "standin_app", "--lib", rt},
+                                          {standin_app(), "calls", "0", "12"}, &pid, {"GPUSCOPE_UPROBE_SESSION=0"}, &err));
+  EXPECT_NE(err.find("(entry and return probes)"), std::string::npos) << err;
+  json p = probes_of(lines, "cudaLaunchKernel");
+  EXPECT_EQ(p["entries"], 12) << p.dump();
+  EXPECT_EQ(p["timed"], 12) << p.dump();
+  EXPECT_EQ(p["unsampled"], 0) << p.dump();
+  auto h = of(lines, "latency", pid, "cudaLaunchKernel");
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0]["count"], 12);
+
+  lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "-c", "nosuchcomm",
+                                      "--lib", rt},
+                                     {standin_app(), "calls", "0", "7"}, &pid));
+  p = probes_of(lines, "cudaLaunchKernel");
+  EXPECT_EQ(p["entries"], 7) << p.dump();
+  EXPECT_EQ(p["filtered"], 7) << p.dump();
+  EXPECT_EQ(p["timed"], 0) << p.dump();
+  EXPECT_TRUE(of(lines, "latency", pid, "cudaLaunchKernel").empty());
 }
