@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# usage: 84_agent_cost_table.sh GPUSCOPE_BIN OUT_DIR
+# What the always-on agent costs a launch-bound PyTorch loop (workloads/torch_steps.py) and
+# holds beside it:
+# 1. Step time, interleaved rounds (GS84_ROUNDS per arm, default 8; the arms shuffled within
+#    each repetition), medians: off; the floor (bare counting uprobes on the driver's launch
+#    symbols: bin/kernels_overhead --hold); the agent with one collector at a time; latency as
+#    it was before (every call row, entry and return probes); the agent with its default
+#    collectors. The workload runs on CPU 2 and gpuscope on CPUs 4-15 (where the host has 16).
+#    Goals (issue 23): latency alone <= 1.05x, the default agent <= 1.07x.
+# 2. Memory beside a PyTorch process: VmRSS after GS84_HOLD_S (default 20) seconds and VmHWM
+#    (peak) of `agent`, `trace` and `kernels`, each with -p on the same running loop.
+#    Goals: <= 50 MB steady, <= 80 MB peak.
+# Needs in tests/gpu/bin: gpuscope and kernels_overhead (build/tests/kernels_overhead);
+# python3, torch and curl on the host.
+set -euo pipefail
+# shellcheck source=../lib/common.sh
+source "$(dirname "$0")/../lib/common.sh"
+GPUSCOPE=$1
+OUT=$2
+mkdir -p "$OUT"
+LIBCUDA=$(ld_cache_libcuda)
+LIBS=()
+if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+D=${WORK:-/tmp/gpuscope-84}
+rm -rf "$D"
+mkdir -p "$D"
+PER=${GS84_ROUNDS:-8}
+HOLD=${GS84_HOLD_S:-20}
+FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
+modes=(off floor kernels latency latency_before memleak ioctl starvation gputime bridge agent)
+ROUNDS=$((PER * ${#modes[@]}))
+ALL_CALLS=$(python3 - "$GPU_TESTS_DIR/../../src/common/cuda_api.h" <<'PY'
+import re, sys
+s = open(sys.argv[1]).read()
+print(",".join(m.group(2) for m in re.finditer(r"X\((\w+), (\w+),([^\n]*)", s) if "GS_ROLE_CALL" in m.group(3)))
+PY
+)
+PIN_WL=() PIN_GS=()
+if (($(nproc) >= 16)); then PIN_WL=(taskset -c 2) PIN_GS=(taskset -c 4-15); fi
+# The arms of each repetition in a shuffled order (fixed seed), so that no arm always follows another.
+ORDER=$(python3 -c "
+import random, sys
+random.seed(84)
+m = sys.argv[2:]
+out = []
+for _ in range(int(sys.argv[1])):
+    random.shuffle(m)
+    out += m
+print(' '.join(out))" "$PER" "${modes[@]}")
+read -r -a ORDER <<<"$ORDER"
+
+start_agent() {
+  local prefix=$1
+  shift
+  "${PIN_GS[@]}" "$GPUSCOPE" agent --json --listen 127.0.0.1:0 "$@" >"$prefix.jsonl" 2>"$prefix.err" &
+  AGENT_PID=$!
+  track "$AGENT_PID"
+  wait_for "$prefix.jsonl" '"type":"agent"' 60 "$AGENT_PID" || fail "agent did not start: $(tail -c 400 "$prefix.err")"
+}
+
+"${PIN_WL[@]}" python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
+SW=$!
+track "$SW"
+wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
+: >"$D/modes.txt"
+for ((r = 0; r < ROUNDS; r++)); do
+  mode=${ORDER[$r]}
+  case $mode in
+    off) ;;
+    floor)
+      [[ -x $FLOOR && -n $LIBCUDA ]] || fail "the floor needs bin/kernels_overhead and libcuda in the ld cache"
+      "${PIN_GS[@]}" "$FLOOR" --hold --lib "$LIBCUDA" >"$D/floor_r$r.out" 2>&1 &
+      AGENT_PID=$!
+      track "$AGENT_PID"
+      wait_for "$D/floor_r$r.out" 'floor attached' 60 "$AGENT_PID" || fail "floor did not attach: $(cat "$D/floor_r$r.out")"
+      ;;
+    agent) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" ;;
+    latency_before)
+      GPUSCOPE_UPROBE_SESSION=0 start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors latency \
+        --latency-apis "$ALL_CALLS" --latency-sample-launches 1
+      ;;
+    *) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors "$mode" ;;
+  esac
+  echo "$r $mode" >>"$D/modes.txt"
+  touch "$D/go$r"
+  wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
+  if [[ $mode == agent ]]; then
+    sleep 1.2 # a refresh after the round
+    port=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$D/agent_r$r.jsonl")
+    curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^gpuscope_api_(probe_hits_total|launch_sample)|^gpuscope_collector_up' \
+      >"$OUT/agent_probe_hits.prom" || true
+  fi
+  [[ $mode == off ]] || stop "$AGENT_PID" 30
+done
+wait_exit "$SW" 30
+cp "$D/modes.txt" "$D/steps.out" "$OUT/"
+r1=0
+python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r1=$?
+import json, statistics, sys
+modes = dict(l.split() for l in open(sys.argv[2]))
+by = {}
+for line in open(sys.argv[1]):
+    if line.startswith("ROUND "):
+        j = json.loads(line[6:])
+        by.setdefault(modes[str(j["round"])], []).extend(j["step_ms"])
+med = {m: statistics.median(v) for m, v in by.items()}
+off, fl = med["off"], med["floor"] - med["off"]
+print("step time medians (ratio to off; added cost in floors): " + ", ".join(
+    "%s %.4f ms (%.3fx; %.2f)" % (m, v, v / off, (v - off) / fl if fl > 0 else float("nan")) for m, v in med.items()))
+q = lambda v, f: sorted(v)[int(f * (len(v) - 1))]
+for m, v in by.items():
+    print("  %-15s %3d blocks of 10 steps: p25 %.4f  median %.4f  p75 %.4f ms" % (m, len(v), q(v, .25), med[m], q(v, .75)))
+ok = med["latency"] / off <= 1.05 and med["agent"] / off <= 1.07
+print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
+    med["latency"] / off, "met" if med["latency"] / off <= 1.05 else "NOT met",
+    med["agent"] / off, "met" if med["agent"] / off <= 1.07 else "NOT met"))
+sys.exit(0 if ok else 1)
+PY
+cat "$OUT/steps.txt" >&2
+
+# 2. Memory beside a running loop: the three at once, each -p on it.
+for ((r = 0; r < 200; r++)); do touch "$D/mgo$r"; done
+python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/mgo" 200 400 >"$D/msteps.out" 2>"$D/msteps.err" &
+MW=$!
+track "$MW"
+wait_for "$D/msteps.out" '^READY ' 120 "$MW" || fail "torch_steps (memory) not READY"
+start_agent "$D/mem_agent" -p "$MW" "${LIBS[@]}"
+A=$AGENT_PID
+"$GPUSCOPE" trace -p "$MW" "${LIBS[@]}" >/dev/null 2>"$D/mem_trace.err" &
+T=$!
+track "$T"
+"$GPUSCOPE" kernels -p "$MW" "${LIBS[@]}" --interval 5 >/dev/null 2>"$D/mem_kernels.err" &
+K=$!
+track "$K"
+sleep "$HOLD"
+: >"$OUT/memory.txt"
+for pair in "agent $A" "trace $T" "kernels $K"; do
+  set -- $pair
+  alive "$2" || fail "$1 exited early: $(tail -c 300 "$D/mem_$1.err" 2>/dev/null)"
+  rss=$(awk '/^VmRSS/ {print $2}' "/proc/$2/status")
+  hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$2/status")
+  echo "$1 rss_kb=$rss hwm_kb=$hwm" >>"$OUT/memory.txt"
+done
+stop "$A" 30
+stop "$T" 30
+stop "$K" 30
+stop "$MW" 10
+cat "$OUT/memory.txt" >&2
+r2=0
+awk '{split($2, a, "="); split($3, b, "="); if (a[2] > 50 * 1024 || b[2] > 80 * 1024) bad = 1} END {exit bad}' \
+  "$OUT/memory.txt" || r2=$?
+summary="$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt"); memory: $(tr '\n' ' ' <"$OUT/memory.txt")"
+[[ $r1 == 0 && $r2 == 0 ]] && pass "$summary"
+fail "$summary"
