@@ -74,11 +74,16 @@ int main(int argc, char** argv) {
     for (const char* suf : kApiVariantSuffixes)
       if (auto* s = syms.find(std::string(name) + suf)) floor_sites.push_back(s->file_offset);
 
-  auto with_floor = [&](const std::function<double()>& run) {
+  // `copies` links of the bare program on the same sites: two consumers of one uprobe share
+  // its breakpoint, so the second should cost a program run, not a trap.
+  auto with_floor = [&](const std::function<double()>& run, int copies = 1) {
     UprobeMultiTarget t{libcuda, floor_sites, std::vector<uint64_t>(floor_sites.size(), 0), -1, false};
     std::string err;
-    Link l = attach_uprobe_multi(bare->progs.bare_enter, t, &err);
-    if (!l) throw std::runtime_error("floor attach: " + err);
+    std::vector<Link> links;
+    for (int i = 0; i < copies; i++) {
+      links.push_back(attach_uprobe_multi(bare->progs.bare_enter, t, &err));
+      if (!links.back()) throw std::runtime_error("floor attach: " + err);
+    }
     return run();
   };
   double op_ns = -1;
@@ -95,6 +100,7 @@ int main(int argc, char** argv) {
   std::vector<Arm> arms = {
       {"none", {}, ""},
       {"floor", {}, ""},
+      {"floor_twice", {}, ""},
       {"kernels", with({"--collectors", "kernels"}), ""},
       {"latency", with({"--collectors", "latency"}), ""},
       // The agent's latency collector as it was: every call row, entry and return probes.
@@ -109,7 +115,7 @@ int main(int argc, char** argv) {
   if (!only.empty()) {
     std::vector<Arm> kept;
     for (auto& a : arms)
-      if (a.name == "none" || a.name == "floor" || ("," + only + ",").find("," + a.name + ",") != std::string::npos)
+      if (a.name == "none" || a.name == "floor" || a.name == "floor_twice" || ("," + only + ",").find("," + a.name + ",") != std::string::npos)
         kept.push_back(a);
     arms = kept;
   }
@@ -133,6 +139,7 @@ int main(int argc, char** argv) {
   auto ns = interleaved_medians(rounds, names, [&](const std::string& m) {
     const Arm& a = *std::find_if(arms.begin(), arms.end(), [&](const Arm& x) { return x.name == m; });
     if (m == "floor") return with_floor([&] { return ns_per_call(workload); });
+    if (m == "floor_twice") return with_floor([&] { return ns_per_call(workload); }, 2);
     if (a.agent_args.empty()) return ns_per_call(workload);
     std::string env_name = a.env.substr(0, a.env.find('='));
     if (!a.env.empty()) setenv(env_name.c_str(), a.env.substr(a.env.find('=') + 1).c_str(), 1);
