@@ -12,6 +12,7 @@ endif()
 set(GPUSCOPE_BPF_ARCH ${_gs_bpf_arch_default} CACHE STRING "BPF __TARGET_ARCH_<arch> (x86, arm64)")
 
 set(GPUSCOPE_GEN_DIR ${CMAKE_BINARY_DIR}/generated)
+set(GPUSCOPE_BPF_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
 file(MAKE_DIRECTORY ${GPUSCOPE_GEN_DIR})
 set(VMLINUX_BTF /sys/kernel/btf/vmlinux CACHE FILEPATH "BTF used to generate vmlinux.h")
 add_custom_command(
@@ -32,7 +33,7 @@ function(gpuscope_bpf name src)
   get_filename_component(dir ${abs} DIRECTORY)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND sh ${PROJECT_SOURCE_DIR}/cmake/retry_crash.sh ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${GPUSCOPE_BPF_ARCH} -Wall -Wno-unused-function
+    COMMAND sh ${GPUSCOPE_BPF_CMAKE_DIR}/retry_crash.sh ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${GPUSCOPE_BPF_ARCH} -Wall -Wno-unused-function
             -I${GPUSCOPE_GEN_DIR} -I${PROJECT_SOURCE_DIR}/src -I${dir} -MD -MF ${dep} -MT ${obj}
             -c ${abs} -o ${obj}
     DEPENDS ${abs} ${GPUSCOPE_GEN_DIR}/vmlinux.h
