@@ -2,7 +2,7 @@
 # usage: 84_agent_cost_table.sh GPUSCOPE_BIN OUT_DIR
 # What the always-on agent costs a launch-bound PyTorch loop (workloads/torch_steps.py) and
 # holds beside it:
-# 1. Step time, interleaved rounds (GS84_ROUNDS per arm, default 8; the arms shuffled within
+# 1. Step time, interleaved rounds (GS84_ROUNDS per arm, default 6; the arms shuffled within
 #    each repetition), medians: off; the floor (bare counting uprobes on the driver's launch
 #    symbols: bin/kernels_overhead --hold); the agent with one collector at a time; latency as
 #    it was before (every call row, entry and return probes); the agent with its default
@@ -25,7 +25,7 @@ if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
 D=${WORK:-/tmp/gpuscope-84}
 rm -rf "$D"
 mkdir -p "$D"
-PER=${GS84_ROUNDS:-8}
+PER=${GS84_ROUNDS:-6}
 HOLD=${GS84_HOLD_S:-20}
 FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
 modes=(off floor kernels latency latency_before memleak ioctl starvation gputime bridge agent)
@@ -82,6 +82,9 @@ for ((r = 0; r < ROUNDS; r++)); do
       ;;
     *) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors "$mode" ;;
   esac
+  # What is measured is the steady state: an agent's first seconds (reading symbol tables,
+  # naming what is already loaded) are not always-on cost. Every arm waits alike.
+  sleep "${GS84_SETTLE_S:-3}"
   echo "$r $mode" >>"$D/modes.txt"
   touch "$D/go$r"
   wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
