@@ -6,8 +6,9 @@ usage: torch_steps.py GO_PREFIX ROUNDS STEPS [SECONDS]
 A small MLP on a small batch, so that each step's time is the host's launch path, not the
 GPU's work. Warms up, prints READY, then for each round r waits for the file GO_PREFIX<r>,
 runs STEPS steps and prints `ROUND {"round": r, "step_ms": [...]}` (per-step times of
-blocks of 10 steps, synchronized at each block's end). With SECONDS, a round runs blocks of 10 steps until SECONDS have passed instead
-(checks/82: a round that spans a whole duty period holds exactly one recording window).
+blocks of 10 steps, synchronized at each block's end). With SECONDS, a round runs blocks of 10
+steps until SECONDS have passed instead (checks/82: a round that spans a whole duty period holds
+exactly one recording window).
 """
 import json
 import os
