@@ -15,6 +15,8 @@
 #   duty     libgpuscope-cupti.so, `gpuscope agent --collectors gputime` at its default duty
 # Goals: duty <= 1.03x off; exact <= 1.03x floor. Checked too: every recording arm recorded, and
 # the duty arm's kernels per step are 5-20 % of the exact arm's (the library's own summaries).
+# Where the host has 16 CPUs, the workloads run on CPUs 1-3 (one of them busy at a time) and
+# gpuscope on 4-15, as in check 84.
 # About 5 minutes with the defaults.
 set -euo pipefail
 # shellcheck source=../lib/common.sh
@@ -36,13 +38,16 @@ mkdir -p "$D"
 W=$GPU_TESTS_DIR/workloads/torch_steps.py
 ARMS=(off floor exact kernels duty)
 declare -A PY PORT
+PIN_WL=() PIN_GS=()
+if (($(nproc) >= 16)); then PIN_WL=(taskset -c 1-3) PIN_GS=(taskset -c 4-15); fi
 
 for arm in "${ARMS[@]}"; do
   steps=(python3 -u -B "$W" "$D/go_${arm}_" "$ROUNDS" 0 "$SECS")
   case $arm in
-    off) "${steps[@]}" >"$D/$arm.out" 2>"$D/$arm.err" & ;;
-    floor) "$GPUSCOPE" run --cupti-lib "$FLOOR" -- "${steps[@]}" >"$D/$arm.out" 2>"$D/$arm.err" & ;;
-    *) GPUSCOPE_CUPTI_SUMMARY=$OUT/summary_$arm.tsv "$GPUSCOPE" run -- "${steps[@]}" >"$D/$arm.out" 2>"$D/$arm.err" & ;;
+    off) "${PIN_WL[@]}" "${steps[@]}" >"$D/$arm.out" 2>"$D/$arm.err" & ;;
+    floor) "${PIN_WL[@]}" "$GPUSCOPE" run --cupti-lib "$FLOOR" -- "${steps[@]}" >"$D/$arm.out" 2>"$D/$arm.err" & ;;
+    *) GPUSCOPE_CUPTI_SUMMARY=$OUT/summary_$arm.tsv "${PIN_WL[@]}" "$GPUSCOPE" run -- "${steps[@]}" \
+      >"$D/$arm.out" 2>"$D/$arm.err" & ;;
   esac
   track $!
 done
@@ -56,7 +61,7 @@ start_agent() {
   local arm=$1 pid
   shift
   log "gpuscope agent -p ${PY[$arm]} --collectors gputime $*"
-  "$GPUSCOPE" agent --json --listen 127.0.0.1:0 -p "${PY[$arm]}" --collectors gputime "$@" \
+  "${PIN_GS[@]}" "$GPUSCOPE" agent --json --listen 127.0.0.1:0 -p "${PY[$arm]}" --collectors gputime "$@" \
     >"$D/agent_$arm.jsonl" 2>"$D/agent_$arm.err" &
   pid=$!
   track "$pid"
@@ -65,7 +70,7 @@ start_agent() {
 }
 start_agent exact --gputime-duty 1
 start_agent duty
-"$GPUSCOPE" kernels --json --interval 5 -p "${PY[kernels]}" >"$D/kernels.jsonl" 2>"$D/kernels.err" &
+"${PIN_GS[@]}" "$GPUSCOPE" kernels --json --interval 5 -p "${PY[kernels]}" >"$D/kernels.jsonl" 2>"$D/kernels.err" &
 KP=$!
 track "$KP"
 wait_for "$D/kernels.err" 'counting' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$D/kernels.err")"
