@@ -35,6 +35,24 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// A gpuscope scoped to no process (a developer's, on a shared machine) tells every process that
+// maps the library to record; the tests below count on knowing every client.
+std::string other_gpuscope() {
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream c(e.path() / "comm");
+    std::string comm;
+    if (!std::getline(c, comm) || comm != "gpuscope") continue;
+    std::string args = slurp(e.path() / "cmdline"), scoped;
+    for (const char* f : {"-p", "--pid", "-c", "--comm"})
+      if (args.find(std::string(1, '\0') + f + '\0') != std::string::npos) scoped = f;
+    bool tells = false;  // the subcommands with the GPU-time collector
+    for (const char* sub : {"kernels", "timeline", "agent"})
+      tells = tells || args.find(std::string(1, '\0') + sub + '\0') != std::string::npos;
+    if (scoped.empty() && tells) return e.path().filename().string();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST(GpuTime, LibraryInitializesWithoutDevice) {
@@ -145,6 +163,7 @@ TEST(GpuTime, LibraryLoadedLater) {
 }
 
 TEST(GpuTime, TimelineTracksSpansFlows) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
   Process w({GT_FEEDER, CUPTI_LIB, "wait-detach"});
   pid_t pid = ready_pid(w);
   std::string out = tmp_file("timeline.json");
@@ -308,23 +327,6 @@ TEST(GpuTime, TimelineNamesOutliveTheProcess) {
 
 namespace {
 
-// A gpuscope scoped to no process (a developer's, on a shared machine) tells every process that
-// maps the library to record; the tests below count on knowing every client.
-std::string other_gpuscope() {
-  for (auto& e : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream c(e.path() / "comm");
-    std::string comm;
-    if (!std::getline(c, comm) || comm != "gpuscope") continue;
-    std::string args = slurp(e.path() / "cmdline"), scoped;
-    for (const char* f : {"-p", "--pid", "-c", "--comm"})
-      if (args.find(std::string(1, '\0') + f + '\0') != std::string::npos) scoped = f;
-    bool tells = false;  // the subcommands with the GPU-time collector
-    for (const char* sub : {"kernels", "timeline", "agent"})
-      tells = tells || args.find(std::string(1, '\0') + sub + '\0') != std::string::npos;
-    if (scoped.empty() && tells) return e.path().filename().string();
-  }
-  return "";
-}
 
 // cupti_app (libgpuscope-cupti.so over the stand-in libcupti) running PHASES, its stand-in's
 // log of enables and records in `log`.
