@@ -551,7 +551,8 @@ TEST(Agent, GpuTimeDutyCycle) {
   EXPECT_GE(recorded, 500u) << f.out();
   EXPECT_LE(recorded, 1300u) << f.out();
 
-  const uint64_t period = 1000000000, on = 300000000, slack = 80000000;
+  // slack: the library's thread wakes at a window's edge, late by up to this on a loaded machine.
+  const uint64_t period = 1000000000, on = 300000000, slack = 150000000;
   size_t kernels = 0, missed = 0, enables = 0, disables = 0;
   uint64_t busy_ns = 0, last_end = 0,
            first_enable = 0;  // the union of the recorded kernels, each piece scaled by 1/0.3
