@@ -590,8 +590,10 @@ Logged logged(const std::string& log, const std::string& name) {
 TEST(GpuTime, TwoAgentsTheLargerDutyWins) {
   if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
   std::string log = tmp_file("two.log");
-  auto app = cupti_app(
-      {"clients:2", "usr1", "wide_kernel:2000:1000:50000", "usr1", "clients:1", "narrow_kernel:2000:1000:50000"}, log);
+  // sleep:500: the library reads the slots every 100 ms; by then it goes by both.
+  auto app = cupti_app({"clients:2", "sleep:500", "usr1", "wide_kernel:2000:1000:50000", "usr1", "clients:1",
+                        "narrow_kernel:2000:1000:50000"},
+                       log);
   std::string pid = std::to_string(ready_pid(*app));
   auto agent = [&](const char* duty) {
     return std::make_unique<Process>(std::vector<std::string>{gpuscope_bin(), "agent", "--listen", "127.0.0.1:0", "-p",
