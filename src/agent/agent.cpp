@@ -582,10 +582,15 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
   }
   if (in.gputime) {
     m.family("gpuscope_kernel_duration_seconds", T::histogram,
-             "GPU execution time of kernels per process and kernel, from libgpuscope-cupti.so's records; kernels "
-             "beyond the --max-kernels-per-process with the most GPU time are summed in kernel=\"other\"");
+             "GPU execution time of the kernels recorded (all, or those in --gputime-duty's windows) per process and "
+             "kernel, from libgpuscope-cupti.so's records; kernels beyond the --max-kernels-per-process with the most "
+             "GPU time are summed in kernel=\"other\"");
     m.family("gpuscope_gpu_busy_seconds_total", T::counter,
-             "Time in which at least one kernel of the process ran on the device (overlapping kernels counted once)");
+             "Time in which at least one kernel of the process ran on the device (overlapping kernels counted once); "
+             "a duty window's share counts for its whole period");
+    m.family("gpuscope_gputime_duty_ratio", T::gauge,
+             "Share of the time this agent asks libgpuscope-cupti.so to record (--gputime-duty; 1: always)");
+    m.add("gpuscope_gputime_duty_ratio", {}, in.gputime_duty);
     each([&](const Proc& p) {
       if (!p.has_gpu) return;
       auto l = plabels(p);

@@ -47,6 +47,7 @@ struct AgentInput {
   unsigned uvm_major = 0;                                // nvidia-uvm's major, for ioctl names
   const StarvationReport* starvation = nullptr;          // null: collector off
   const std::vector<GpuTimeProcess>* gputime = nullptr;  // null: collector off
+  double gputime_duty = 1;                               // share of the time GPU activity is recorded
   std::string hostname;
   double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for

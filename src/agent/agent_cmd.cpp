@@ -56,6 +56,8 @@ struct AgentOptions {
   std::vector<std::string> latency_apis;
   unsigned latency_sample = kAgentLaunchSample;
   size_t max_gpu_kernel_rows = 16384;
+  // CUPTI's activity costs a launch-bound loop ~20 %: on 1 s in every 10 s (--gputime-duty).
+  uint32_t gpu_on_ms = 1000, gpu_period_ms = 10000;
 };
 
 constexpr unsigned kSampleHz = 49;  // starvation's stack sampling rate, a quarter of it under the governor
@@ -74,6 +76,22 @@ std::vector<std::string> parse_collectors(const std::string& list) {
   }
   if (out.empty()) throw UsageError("--collectors must name at least one collector");
   return out;
+}
+
+// --gputime-duty ON/PERIOD (seconds), or a share of the default 10 s period; 1: always exact.
+void parse_duty(const std::string& v, AgentOptions& o) {
+  const std::string flag = "--gputime-duty";
+  size_t slash = v.find('/');
+  double on, period = 10;
+  if (slash == std::string::npos) {
+    on = period * parse_number(flag, v, "the share of time recorded (or ON/PERIOD seconds)", 0.005, 1, false);
+  } else {
+    period = parse_number(flag, v.substr(slash + 1), "seconds per period in ON/PERIOD", 0.1, 3600, false);
+    on = parse_number(flag, v.substr(0, slash), "seconds on in ON/PERIOD", 0.05, 3600, false);
+    if (on > period) throw UsageError("--gputime-duty ON/PERIOD: ON (" + v.substr(0, slash) + ") exceeds PERIOD");
+  }
+  o.gpu_on_ms = static_cast<uint32_t>(on * 1000 + 0.5);
+  o.gpu_period_ms = static_cast<uint32_t>(period * 1000 + 0.5);
 }
 
 bool wanted(const std::vector<std::string>& v, const char* c) { return std::find(v.begin(), v.end(), c) != v.end(); }
@@ -149,6 +167,9 @@ int run_agent(const AgentOptions& o) {
     c.max_kernel_rows = o.max_gpu_kernel_rows;
     c.ring_bytes = o.gpu_ring_bytes;
     c.release_exited = true;
+    c.mode = o.gpu_on_ms < o.gpu_period_ms ? GS_GT_MODE_DUTY : GS_GT_MODE_KERNELS;
+    c.duty_on_ms = o.gpu_on_ms;
+    c.duty_period_ms = o.gpu_period_ms;
     gputime = std::make_unique<GpuTimeCollector>(std::move(c));
   });
   // Device series: a running bridge's pins, else a bridge run here (before starvation, which
@@ -370,6 +391,8 @@ int run_agent(const AgentOptions& o) {
       in.lost[{"gputime", "row_map_full"}] = s.rows_full;
       in.lost[{"gputime", "cupti_no_buffer"}] = s.cupti_dropped;
       in.lost[{"gputime", "library_dropped"}] = s.lib_dropped;
+      in.lost[{"gputime", "no_client_slot"}] = s.no_slot;
+      in.gputime_duty = static_cast<double>(o.gpu_on_ms) / o.gpu_period_ms;
     }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
     {
@@ -531,6 +554,9 @@ void register_agent(CLI::App& app) {
   add_number(cmd, "--max-cpu-percent", o->max_cpu_percent,
              "Governor: the agent's CPU limit in percent of one core; past it the agent does less (default 2, 0: off)",
              "percent", 0, 10000);
+  cmd->add_option_function<std::string>(
+      "--gputime-duty", [o](const std::string& v) { parse_duty(v, *o); },
+      "GPU time recorded ON seconds in every PERIOD (ON/PERIOD), or a share of 10 s; 1: always (default 1/10)");
   add_number(cmd, "--starvation-min-idle-ms", o->starvation_min_idle_ms,
              "GPU idle this long before a thread's CPU time counts as starving (default 1000)", "milliseconds", 1,
              86400000);

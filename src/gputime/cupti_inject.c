@@ -2,12 +2,14 @@
  * activity records (kernels, copies, memsets, synchronization, launch calls) into compact
  * gs_gt_records and hands each batch to gpuscope_cupti_buffer(), which gpuscope probes with
  * one uprobe. CUPTI is dlopened, found the way the process's CUDA was, so that the library
- * loads everywhere and never makes the process fail. While no gpuscope is attached
- * (gpuscope_cupti_control.attached == 0) CUPTI's activity stays off and the only work is one
- * thread reading that flag every GPUSCOPE_CUPTI_FLUSH_MS. */
+ * loads everywhere and never makes the process fail. What is recorded is what the gpuscope
+ * clients ask for in gpuscope_cupti_control (gputime.h): exact, exact with launch calls, or a
+ * duty cycle. While none asks, CUPTI's activity stays off and the only work is one thread
+ * reading the control word every GPUSCOPE_CUPTI_FLUSH_MS. */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -23,7 +25,8 @@
 
 #define GS_EXPORT __attribute__((visibility("default")))
 
-GS_EXPORT volatile struct gs_gt_control gpuscope_cupti_control = {GS_GT_MAGIC, GS_GT_VERSION, 0, 0, 0, 0};
+GS_EXPORT volatile struct gs_gt_control gpuscope_cupti_control = {
+	.magic = GS_GT_MAGIC, .version = GS_GT_CONTROL_VERSION, .clients = GS_GT_CLIENTS};
 
 /* The hand-off points gpuscope probes. The asm keeps each call and keeps the two bodies
  * apart (identical-code folding would make one symbol fire for both). */
@@ -64,9 +67,11 @@ static unsigned n_free, n_bufs;
 static struct gs_gt_record batch[GS_GT_BATCH_MAX];
 static unsigned batch_n;
 static struct gs_gt_batch batch_hdr = {.version = GS_GT_VERSION};
-static uint32_t handed_gen; /* generation the name table was last handed to */
-static int keep_boottime;   /* CUPTI stamps records with CLOCK_BOOTTIME through our callback */
-static int enabled, always, api_records = 1;
+static uint32_t handed_gen[GS_GT_CLIENTS + 1]; /* per slot (and v1's attached): generation given the names */
+static int keep_boottime; /* CUPTI stamps records with CLOCK_BOOTTIME through our callback */
+static int enabled, api_on, always, api_records = 1;
+static volatile int watched;  /* some client is attached: records and names are handed over */
+static uint32_t share_ppm;    /* of the records being recorded now (gs_gt_batch.share_ppm) */
 static unsigned flush_ms = 100;
 
 struct name_entry {
@@ -108,21 +113,27 @@ static void hand_off(void)
 {
 	if (!batch_n)
 		return;
-	if (gpuscope_cupti_control.attached || always) {
+	if (watched || always) {
 		batch_hdr.clock_offset_ns = clock_offset();
+		batch_hdr.share_ppm = share_ppm;
 		gpuscope_cupti_buffer(batch, batch_n, &batch_hdr);
 		gpuscope_cupti_control.records_handed += batch_n;
 	}
 	batch_n = 0;
 }
 
+/* A client with a new generation gets the whole name table. Called with the lock held. */
 static void hand_names(void)
 {
-	uint32_t gen = gpuscope_cupti_control.attached;
-	if (gen == handed_gen)
-		return;
-	handed_gen = gen;
-	if (!gen)
+	int fresh = 0;
+	for (int i = 0; i <= GS_GT_CLIENTS; i++) {
+		uint32_t gen = i < GS_GT_CLIENTS ? gpuscope_cupti_control.client[i].generation
+						 : gpuscope_cupti_control.attached;
+		if (gen != handed_gen[i])
+			fresh |= gen != 0;
+		handed_gen[i] = gen;
+	}
+	if (!fresh)
 		return;
 	for (uint32_t i = 0; i < n_names; i++)
 		gpuscope_cupti_name(i + 1, names[i].copy, names[i].len);
@@ -157,7 +168,7 @@ static uint32_t name_id(const char *s)
 		if (!e->copy)
 			return 0;
 		*slot = ++n_names;
-		if (gpuscope_cupti_control.attached || always)
+		if (watched || always)
 			gpuscope_cupti_name(*slot, e->copy, e->len);
 		return *slot;
 	}
@@ -294,38 +305,134 @@ static const CUpti_CallbackId driver_launches[] = {
 	CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
 };
 
-static void set_enabled(int on)
+/* CUPTI is set up when something is first recorded: a process nobody watches never has it
+ * initialized. 0 when CUPTI refuses (said once). */
+static int set_up(void)
 {
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-		(on ? cu.enable : cu.disable)(kinds[i]);
-	if (api_records && cu.enableRuntimeApi && cu.enableDriverApi) {
-		for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
-			cu.enableRuntimeApi(runtime_launches[i], (uint8_t)on);
-		for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-			cu.enableDriverApi(driver_launches[i], (uint8_t)on);
+	static int state; /* 0 not yet, 1 ready, -1 refused */
+	if (state)
+		return state > 0;
+	CUptiResult rc = cu.registerCallbacks(buffer_requested, buffer_completed);
+	if (rc != CUPTI_SUCCESS) {
+		const char *why = "?";
+		if (cu.resultString)
+			cu.resultString(rc, &why);
+		say("CUPTI refused its buffers (%s); GPU activity is not recorded", why);
+		state = -1;
+		return 0;
 	}
+	keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
+	if (cu.setThreadIdType)
+		cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+	state = 1;
+	return 1;
+}
+
+static int set_recording(int on, int api)
+{
+	if (on && !set_up())
+		return 0;
+	if (on != enabled)
+		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+			(on ? cu.enable : cu.disable)(kinds[i]);
 	enabled = on;
+	api = on && api && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
+	if (api != api_on) {
+		for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
+			cu.enableRuntimeApi(runtime_launches[i], (uint8_t)api);
+		for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+			cu.enableDriverApi(driver_launches[i], (uint8_t)api);
+	}
+	api_on = api;
+	return 1;
+}
+
+/* What the clients want together, now. */
+struct want {
+	int watched, exact, api, window;
+	uint32_t share_ppm;   /* of the duty cycle, when not exact */
+	uint64_t next_edge_ns; /* of the window, when a duty cycle runs */
+};
+
+static uint32_t lease_beat[GS_GT_CLIENTS], lease_gen[GS_GT_CLIENTS];
+static uint64_t lease_ns[GS_GT_CLIENTS];
+
+static struct want merge(uint64_t now)
+{
+	volatile struct gs_gt_control *c = &gpuscope_cupti_control;
+	struct want w = {0};
+	uint64_t on = 0, period = 0;
+	if (c->attached)
+		w.watched = w.exact = w.api = 1;
+	if (always)
+		w.exact = w.api = 1;
+	for (int i = 0; i < GS_GT_CLIENTS; i++) {
+		volatile struct gs_gt_client *k = &c->client[i];
+		uint32_t gen = k->generation, beat = k->beat;
+		if (!gen)
+			continue;
+		if (gen != lease_gen[i] || beat != lease_beat[i]) {
+			lease_gen[i] = gen;
+			lease_beat[i] = beat;
+			lease_ns[i] = now;
+		} else if (now - lease_ns[i] > GS_GT_LEASE_MS * 1000000ull) {
+			k->generation = 0; /* its gpuscope stopped beating: gone */
+			continue;
+		}
+		w.watched = 1;
+		uint32_t mode = k->mode, o = k->on_ms, p = k->period_ms;
+		if (mode == GS_GT_MODE_DUTY && o && p && o < p) {
+			if (!period || o * period > on * p) /* the largest share wins */
+				on = o, period = p;
+		} else if (mode != GS_GT_MODE_KERNELS && mode != GS_GT_MODE_DUTY) {
+			w.exact = w.api = 1; /* a timeline, or a mode newer than this library: everything */
+		} else {
+			w.exact = 1;
+		}
+	}
+	if (!w.exact && period) {
+		uint64_t p = period * 1000000ull, o = on * 1000000ull, phase = now % p;
+		w.window = phase < o;
+		w.next_edge_ns = now - phase + (w.window ? o : p);
+		w.share_ppm = (uint32_t)(on * 1000000ull / period);
+	}
+	return w;
 }
 
 static void *control_thread(void *arg)
 {
 	(void)arg;
-	struct timespec period = {flush_ms / 1000, (long)(flush_ms % 1000) * 1000000L};
+	volatile struct gs_gt_control *c = &gpuscope_cupti_control;
 	for (;;) {
-		nanosleep(&period, NULL);
-		int want = always || gpuscope_cupti_control.attached != 0;
-		if (want && !enabled) {
-			set_enabled(1);
-		} else if (!want && enabled) {
-			set_enabled(0);
+		uint64_t now = boottime_ns();
+		struct want w = merge(now);
+		int on = w.exact || w.window;
+		uint32_t share = w.exact ? 0 : w.share_ppm;
+		watched = w.watched;
+		if (enabled && (!on || share != share_ppm)) {
+			/* What was recorded goes out with the share it was recorded at. */
+			if (!on)
+				set_recording(0, 0);
 			cu.flushAll(0);
 		}
-		if (enabled) {
+		int was = enabled;
+		pthread_mutex_lock(&lock);
+		share_ppm = share;
+		hand_names(); /* a new gpuscope gets the whole table, even with no new records */
+		pthread_mutex_unlock(&lock);
+		if (on && set_recording(1, w.api))
 			cu.flushAll(0);
-			pthread_mutex_lock(&lock);
-			hand_names(); /* a new gpuscope gets the whole table, even with no new records */
-			pthread_mutex_unlock(&lock);
-		}
+		if (enabled && !was && !w.exact)
+			c->windows++;
+		c->recording = !enabled ? GS_GT_REC_OFF : w.exact ? GS_GT_REC_EXACT : GS_GT_REC_WINDOW;
+		c->api = (uint32_t)api_on;
+		/* Next: the flush period, or the window's edge if sooner. */
+		uint64_t next = now + flush_ms * 1000000ull;
+		if (w.next_edge_ns && w.next_edge_ns < next)
+			next = w.next_edge_ns;
+		struct timespec t = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+		while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &t, NULL) == EINTR)
+			;
 	}
 	return NULL;
 }
@@ -468,19 +575,8 @@ GS_EXPORT int InitializeInjection(void)
 		say("CUPTI API version %s; GPU activity is not recorded", msg);
 		return 1;
 	}
-	CUptiResult rc = cu.registerCallbacks(buffer_requested, buffer_completed);
-	if (rc != CUPTI_SUCCESS) {
-		const char *why = "?";
-		if (cu.resultString)
-			cu.resultString(rc, &why);
-		say("CUPTI refused its buffers (%s); GPU activity is not recorded", why);
+	if (always && !set_recording(1, 1))
 		return 1;
-	}
-	keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
-	if (cu.setThreadIdType)
-		cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-	if (always)
-		set_enabled(1);
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -488,7 +584,7 @@ GS_EXPORT int InitializeInjection(void)
 	if (pthread_create(&t, &attr, control_thread, NULL) != 0) {
 		say("%s", "cannot start its thread; GPU activity is not recorded");
 		if (always)
-			set_enabled(0);
+			set_recording(0, 0);
 		return 1;
 	}
 	pthread_setname_np(t, "gpuscope-cupti");

@@ -103,16 +103,63 @@ bool GpuTimeCollector::probe_file(const std::string& path, dev_t dev, ino_t ino,
   return true;
 }
 
-void GpuTimeCollector::tell(pid_t pid, uint64_t addr, uint32_t value) {
+namespace {
+
+bool read_remote(pid_t pid, uint64_t addr, void* dst, size_t n) {
+  iovec local{dst, n}, remote{reinterpret_cast<void*>(addr), n};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+bool write_remote(pid_t pid, uint64_t addr, const void* src, size_t n) {
+  iovec local{const_cast<void*>(src), n}, remote{reinterpret_cast<void*>(addr), n};
+  return process_vm_writev(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+void GpuTimeCollector::tell(pid_t pid, Told& t, bool attach) {
   gs_gt_control c{};
-  iovec local{&c, sizeof c}, remote{reinterpret_cast<void*>(addr), sizeof c};
-  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof c)) return;
-  if (c.magic != GS_GT_MAGIC) return;
-  // Another gpuscope may hold the flag: leave it; a stop clears only its own generation.
-  if (value ? c.attached != 0 : c.attached != generation_) return;
-  uint32_t v = value;
-  iovec lw{&v, sizeof v}, rw{reinterpret_cast<void*>(addr + offsetof(gs_gt_control, attached)), sizeof v};
-  process_vm_writev(pid, &lw, 1, &rw, 1, 0);
+  // The header first: a version-1 library's control word ends there.
+  if (!read_remote(pid, t.addr, &c, offsetof(gs_gt_control, recording)) || c.magic != GS_GT_MAGIC) return;
+  if (c.version < 2 || c.clients == 0) {
+    // Version 1: one word. Another gpuscope may hold it: leave it; a stop clears only its own generation.
+    if (attach ? c.attached != 0 : c.attached != generation_) return;
+    uint32_t v = attach ? generation_ : 0;
+    write_remote(pid, t.addr + offsetof(gs_gt_control, attached), &v, sizeof v);
+    return;
+  }
+  size_t n = std::min<size_t>(c.clients, GS_GT_CLIENTS);
+  if (!read_remote(pid, t.addr, &c, offsetof(gs_gt_control, client) + n * sizeof(gs_gt_client))) return;
+  // Taken by another gpuscope's racing claim, or freed by the library after a long silence.
+  if (t.slot >= 0 && (static_cast<size_t>(t.slot) >= n || c.client[t.slot].generation != generation_)) t.slot = -1;
+  auto slot_addr = [&](int i) { return t.addr + offsetof(gs_gt_control, client) + i * sizeof(gs_gt_client); };
+  if (!attach) {
+    uint32_t zero = 0;
+    if (t.slot >= 0) write_remote(pid, slot_addr(t.slot) + offsetof(gs_gt_client, generation), &zero, sizeof zero);
+    t.slot = -1;
+    return;
+  }
+  bool claim = t.slot < 0;
+  // A slot still ours (the process was noticed again, e.g. after a dlopen) before a free one.
+  for (size_t i = 0; claim && i < n && t.slot < 0; i++)
+    if (c.client[i].generation == generation_) t.slot = static_cast<int>(i);
+  for (size_t i = 0; claim && i < n && t.slot < 0; i++)
+    if (c.client[i].generation == 0) t.slot = static_cast<int>(i);
+  if (t.slot < 0) {
+    no_slot_++;
+    return;
+  }
+  gs_gt_client k{};
+  k.mode = cfg_.mode;
+  k.on_ms = cfg_.duty_on_ms;
+  k.period_ms = cfg_.duty_period_ms;
+  k.beat = ++t.beat;
+  k.generation = generation_;  // last in the slot: the library never sees a generation with stale wishes
+  if (!write_remote(pid, slot_addr(t.slot), &k, offsetof(gs_gt_client, reserved))) return;
+  uint32_t back = 0;
+  if (claim && (!read_remote(pid, slot_addr(t.slot) + offsetof(gs_gt_client, generation), &back, sizeof back) ||
+                back != generation_))
+    t.slot = -1;  // lost the race for it: another slot on the next write
 }
 
 void GpuTimeCollector::start() {
@@ -147,14 +194,15 @@ void GpuTimeCollector::rescan(const std::vector<pid_t>* only) {
       if (!probe_file(path, m.dev, m.ino, cfg_.pids.empty() ? -1 : pid)) continue;
       auto it = files_.find({m.dev, m.ino, cfg_.pids.empty() ? -1 : pid});
       if (it == files_.end()) it = files_.find({m.dev, m.ino, -1});
-      uint64_t addr = m.start - it->second.first_load_vaddr + it->second.control_vaddr;
-      tell(pid, addr, generation_);
-      told_[pid] = addr;
+      Told& t = told_[pid];
+      t.addr = m.start - it->second.first_load_vaddr + it->second.control_vaddr;
+      tell(pid, t, true);
       break;
     }
   }
-  // A flag another gpuscope cleared on its way out is set again.
-  for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
+  // Each wish is written again: its beat keeps the library's lease (and a v1 flag another
+  // gpuscope cleared on its way out is set again).
+  for (auto& [pid, t] : told_) tell(pid, t, true);
 }
 
 void GpuTimeCollector::forget_exited() {
@@ -198,7 +246,7 @@ void GpuTimeCollector::watch(EventLoop& loop) {
       for (pid_t p : due) told_.erase(p);  // an exec'd process maps the library anew, if at all
       rescan(&due);
     } else {
-      for (auto& [pid, addr] : told_) tell(pid, addr, generation_);
+      for (auto& [pid, t] : told_) tell(pid, t, true);
     }
   });
 }
@@ -206,7 +254,7 @@ void GpuTimeCollector::watch(EventLoop& loop) {
 void GpuTimeCollector::drain() { rb_->drain(); }
 
 void GpuTimeCollector::stop() {
-  for (auto& [pid, addr] : told_) tell(pid, addr, 0);
+  for (auto& [pid, t] : told_) tell(pid, t, false);
   told_.clear();
   if (!links_.empty()) {
     // The libraries' last flushes (they see the flag within their flush period) still arrive.
@@ -249,7 +297,7 @@ void GpuTimeCollector::on_records(const gs_gt_chunk& c) {
     g.r.start_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
     g.r.end_ns -= static_cast<uint64_t>(c.batch.clock_offset_ns);
     records_++;
-    if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) add_kernel(g);
+    if (g.r.kind == GS_GT_KERNEL && g.r.end_ns >= g.r.start_ns) add_kernel(g, c.batch.share_ppm);
     if (cfg_.keep_records) {
       if (kept_.size() < cfg_.max_records) {
         kept_.push_back(g);
@@ -279,7 +327,7 @@ KernelGpuTime& KernelGpuTime::operator+=(const KernelGpuTime& o) {
   return *this;
 }
 
-void GpuTimeCollector::add_kernel(const GpuRecord& g) {
+void GpuTimeCollector::add_kernel(const GpuRecord& g, uint32_t share_ppm) {
   uint64_t d = g.r.end_ns - g.r.start_ns;
   std::string nm = name(g.pid, g.r.name_id);
   if (nm.empty()) nm = "[kernel " + std::to_string(g.r.name_id) + "]";
@@ -300,7 +348,12 @@ void GpuTimeCollector::add_kernel(const GpuRecord& g) {
   auto dev = std::make_pair(g.pid, g.r.device);
   uint64_t& last = busy_end_[dev];
   uint64_t from = std::max<uint64_t>(g.r.start_ns, last);
-  if (g.r.end_ns > from) busy_[dev] += g.r.end_ns - from;
+  if (g.r.end_ns > from) {
+    uint64_t ns = g.r.end_ns - from;
+    busy_[dev] += share_ppm && share_ppm < 1000000
+                      ? static_cast<uint64_t>(static_cast<unsigned __int128>(ns) * 1000000 / share_ppm)
+                      : ns;
+  }
   last = std::max<uint64_t>(last, g.r.end_ns);
 }
 
@@ -309,6 +362,9 @@ void report_gpu_losses(const GpuTimeCollector::Stats& s) {
   if (s.rows_full)
     fprintf(stderr, "gpuscope: %llu kernel records not in GPU time: %zu (process, kernel) rows already kept\n",
             (unsigned long long)s.rows_full, s.max_kernel_rows);
+  if (s.no_slot)
+    fprintf(stderr, "gpuscope: %llu times a process's libgpuscope-cupti.so had all %d client slots taken\n",
+            (unsigned long long)s.no_slot, GS_GT_CLIENTS);
   if (!lost && !s.lost_names && !s.lib_dropped) return;
   fprintf(stderr,
           "gpuscope: GPU records lost: %llu (ring buffer full), %llu (unreadable), %llu (over %u in one hand-off), "
@@ -338,6 +394,7 @@ GpuTimeCollector::Stats GpuTimeCollector::stats() const {
   }
   s.files = files_.size();
   s.processes = told_.size();
+  s.no_slot = no_slot_;
   s.max_kernel_rows = cfg_.max_kernel_rows;
   return s;
 }

@@ -53,19 +53,57 @@ struct gs_gt_batch {
 	__u64 cupti_dropped;   /* records CUPTI dropped so far in this process */
 	__u64 lib_dropped;     /* records the library dropped so far (no buffer, too long a name) */
 	__u32 version;         /* GS_GT_VERSION */
-	__u32 reserved;
+	/* Share of the time the batch's records were recorded in, parts per million: 0 = all of it
+	 * (exact); a duty cycle's on/period otherwise (the agent scales busy time by its inverse). */
+	__u32 share_ppm;
 };
 
-/* The library's one global that gpuscope writes (process_vm_writev): while `attached` is 0 the
- * library keeps CUPTI's activity off and does nothing beyond reading it. Each gpuscope that
- * attaches writes a new generation, which makes the library hand its name table over again. */
+/* The control word: gpuscope writes it in the workload (process_vm_writev), after checking the
+ * magic; the library's thread reads it every GPUSCOPE_CUPTI_FLUSH_MS.
+ *
+ * Version 1 had only `attached`: one generation, any gpuscope's, meaning "record everything".
+ * Version 2 keeps it (a version-1 gpuscope still works: it gets exact records with API records)
+ * and adds a slot per gpuscope client saying what it wants. The library merges them: exact if
+ * any client asks for exact (or v1 `attached`, or GPUSCOPE_CUPTI_ALWAYS), API records only if a
+ * timeline asks, else the duty cycle with the largest share (windows aligned to CLOCK_BOOTTIME
+ * modulo the period, so every process on a host records at the same time), else off: no CUPTI
+ * activity enabled at all. A client claims a free slot (generation 0) by writing it whole with
+ * its generation last, reads it back (two claims may race: the loser takes another slot on its
+ * next write), and rewrites it with `beat` + 1 every 0.5 s. A slot whose beat stops for
+ * GS_GT_LEASE_MS is freed by the library: a gpuscope that was killed stops costing. */
+#define GS_GT_CONTROL_VERSION 2
+#define GS_GT_CLIENTS 16
+#define GS_GT_LEASE_MS 5000
+
+enum gs_gt_mode {
+	GS_GT_MODE_KERNELS = 1,  /* exact kernels, copies, memsets, syncs */
+	GS_GT_MODE_TIMELINE = 2, /* the same and the launch calls (API records) */
+	GS_GT_MODE_DUTY = 3,     /* kernels etc. only in windows of on_ms every period_ms */
+};
+
+struct gs_gt_client {
+	__u32 mode; /* enum gs_gt_mode */
+	__u32 on_ms;
+	__u32 period_ms;
+	__u32 beat;
+	__u32 generation; /* written last; 0: a free slot */
+	__u32 reserved[3];
+};
+
+enum gs_gt_recording { GS_GT_REC_OFF = 0, GS_GT_REC_WINDOW = 1, GS_GT_REC_EXACT = 2 };
+
 struct gs_gt_control {
 	__u32 magic; /* GS_GT_MAGIC */
 	__u32 version;
-	__u32 attached; /* generation, 0: no gpuscope */
-	__u32 reserved;
+	__u32 attached; /* version-1 clients: a generation, 0: none */
+	__u32 clients;  /* version 2: slots in client[] (0 in version 1) */
 	__u64 records_handed;
 	__u64 names_handed;
+	/* Version 2. Written by the library: what it records now, for gpuscope and its tests. */
+	__u32 recording;     /* enum gs_gt_recording */
+	__u32 api;           /* 1 while API records are on */
+	__u64 windows;       /* duty windows opened */
+	struct gs_gt_client client[GS_GT_CLIENTS];
 };
 
 /* BPF to userspace. */
@@ -107,7 +145,10 @@ GS_GT_ASSERT(offsetof(struct gs_gt_record, device) == 24, "gs_gt_record layout")
 GS_GT_ASSERT(offsetof(struct gs_gt_record, grid) == 48, "gs_gt_record layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_record, kind) == 72, "gs_gt_record layout");
 GS_GT_ASSERT(sizeof(struct gs_gt_batch) == 32, "gs_gt_batch layout");
-GS_GT_ASSERT(sizeof(struct gs_gt_control) == 32, "gs_gt_control layout");
+GS_GT_ASSERT(sizeof(struct gs_gt_client) == 32, "gs_gt_client layout");
+GS_GT_ASSERT(offsetof(struct gs_gt_client, generation) == 16, "gs_gt_client layout");
+GS_GT_ASSERT(offsetof(struct gs_gt_control, client) == 48, "gs_gt_control layout");
+GS_GT_ASSERT(sizeof(struct gs_gt_control) == 48 + 32 * GS_GT_CLIENTS, "gs_gt_control layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_control, attached) == 8, "gs_gt_control layout");
 GS_GT_ASSERT(sizeof(struct gs_gt_chunk) == 48 + 80 * GS_GT_CHUNK, "gs_gt_chunk layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_chunk, recs) == 48, "gs_gt_chunk layout");

@@ -67,6 +67,10 @@ class GpuTimeCollector {
     size_t max_kernel_rows = kMaxKernelRows;
     uint32_t ring_bytes = 0;      // the ring buffer's size (a power of 2 of pages); 0: the BPF object's 8 MiB
     bool release_exited = false;  // snapshot() forgets an ended process after the one holding its final values
+    // What the libraries record for this client (gs_gt_mode): kernels exact, with launch calls
+    // (the timeline), or in windows of duty_on_ms every duty_period_ms (the agent).
+    uint32_t mode = GS_GT_MODE_KERNELS;
+    uint32_t duty_on_ms = 0, duty_period_ms = 0;
   };
   struct Stats {
     uint64_t records = 0, names = 0;
@@ -77,6 +81,7 @@ class GpuTimeCollector {
     uint64_t lib_dropped = 0;
     size_t files = 0;      // copies of the library probed
     size_t processes = 0;  // processes told that gpuscope is attached
+    uint64_t no_slot = 0;  // times a library had no free client slot for this gpuscope
     size_t max_kernel_rows = 0;
   };
   using Sink = std::function<void(const GpuRecord&)>;
@@ -103,7 +108,8 @@ class GpuTimeCollector {
   std::string name(uint32_t pid, uint32_t id) const;
   // (pid, kernel name) -> GPU time since start.
   const std::map<std::pair<uint32_t, std::string>, KernelGpuTime>& kernel_times() const { return times_; }
-  // (pid, device) -> nanoseconds in which at least one of the process's kernels ran.
+  // (pid, device) -> nanoseconds in which at least one of the process's kernels ran; records
+  // of a duty window count for the whole period (scaled by the batch's share).
   const std::map<std::pair<uint32_t, uint32_t>, uint64_t>& busy_ns() const { return busy_; }
   // Drains, then every process with GPU time, by pid. With release_exited, a process that has
   // ended is in it once more (exited), with its final values, and then forgotten.
@@ -116,15 +122,20 @@ class GpuTimeCollector {
   Stats stats() const;
 
  private:
+  struct Told {
+    uint64_t addr = 0;  // of its gs_gt_control
+    int slot = -1;      // client slot held (version 2), -1: none yet
+    uint32_t beat = 0;
+  };
   struct File {
     std::string path;  // openable
     uint64_t buffer_off = 0, name_off = 0, control_vaddr = 0, first_load_vaddr = 0;
   };
   void handle(const void* data, size_t size);
   void on_records(const gs_gt_chunk& c);
-  void add_kernel(const GpuRecord& g);
+  void add_kernel(const GpuRecord& g, uint32_t share_ppm);
   bool probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid);
-  void tell(pid_t pid, uint64_t control_addr, uint32_t value);
+  void tell(pid_t pid, Told& t, bool attach);
   void forget_exited();
   void release(uint32_t pid);
 
@@ -134,7 +145,7 @@ class GpuTimeCollector {
   std::unique_ptr<RingBuffer> rb_;
   std::vector<Link> links_;
   std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
-  std::map<pid_t, uint64_t> told_;                         // pid -> address of its gs_gt_control
+  std::map<pid_t, Told> told_;
   std::vector<pid_t> noticed_, noticed_due_;
   unsigned ticks_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
@@ -147,7 +158,7 @@ class GpuTimeCollector {
   std::vector<GpuRecord> kept_;
   // Processes with kept records: their names outlive them (the timeline is written at the end).
   std::map<uint32_t, std::string> kept_pids_;
-  uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0, rows_full_ = 0;
+  uint64_t records_ = 0, names_n_ = 0, lost_kept_ = 0, rows_full_ = 0, no_slot_ = 0;
   uint32_t generation_ = 0;
 };
 

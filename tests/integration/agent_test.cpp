@@ -227,6 +227,10 @@ TEST(Agent, BadInput) {
   expect_usage_error({"--latency-apis", "cudaNope"}, "--api: unknown or untraced CUDA API 'cudaNope'");
   expect_usage_error({"--latency-sample-launches", "0"}, "--latency-sample-launches must be");
   expect_usage_error({"-p", "999999999"}, "");
+  for (const char* duty : {"0", "1.5", "abc", "2/1", "1/0", "0.01/10", "/10", "1/", "nan/10"})
+    expect_usage_error({"--gputime-duty", duty}, "--gputime-duty");
+  expect_usage_error({"--gputime-duty", "2/1"}, "--gputime-duty ON/PERIOD: ON (2) exceeds PERIOD");
+  expect_usage_error({"--gputime-duty", "0"}, "--gputime-duty must be a number of the share of time recorded");
 }
 
 // Without --listen the agent listens on 127.0.0.1:9400 and nowhere else (the socket table of
@@ -504,6 +508,102 @@ TEST(Agent, GpuTimeSeries) {
   ASSERT_NE(later, "") << a.metrics();
   EXPECT_EQ(value_of(later, "gpuscope_exported_processes", {{"state", "exited"}}), 0);
   EXPECT_EQ(value_of(later, "gpuscope_events_lost_total", {{"collector", "gputime"}, {"reason", "ring_buffer_full"}}), 0);
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
+}
+
+// GPU time on a duty cycle: a program runs libgpuscope-cupti.so over the stand-in libcupti
+// (cupti_app), launching a 100 us kernel every 1 ms for 3 s, the agent asking for 0.3 s in every
+// 1 s. The stand-in records only what the library enables: every kernel recorded started inside
+// a window (CLOCK_BOOTTIME modulo 1 s below 0.3 s, give or take the thread's wake-up), none
+// missed inside one; the histogram holds exactly the recorded kernels, the busy time is theirs
+// scaled by 1/0.3, the duty gauge says 0.3, and the agent asked for no launch-call records.
+TEST(Agent, GpuTimeDutyCycle) {
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream c(e.path() / "comm"), a(e.path() / "cmdline");
+    std::string comm, args((std::istreambuf_iterator<char>(a)), {});
+    // A gpuscope scoped to no process (a developer's, on a shared machine) asks every library to record.
+    bool scoped = false, tells = false;
+    for (const char* f : {"-p", "--pid", "-c", "--comm"})
+      scoped = scoped || args.find(std::string(1, '\0') + f + '\0') != std::string::npos;
+    for (const char* sub : {"kernels", "timeline", "agent"})
+      tells = tells || args.find(std::string(1, '\0') + sub + '\0') != std::string::npos;
+    if (std::getline(c, comm) && comm == "gpuscope" && tells && !scoped)
+      GTEST_SKIP() << "another gpuscope runs: " << e.path();
+  }
+  Workload w(CUPTI_APP, "agdc");
+  std::string log = w.dir() + "/standin.log";
+  Agent a(w, {"--collectors", "gputime", "--gputime-duty", "0.3/1"});
+  Process f({w.path(), CUPTI_LIB, CUPTI_STANDIN, "wait:window", "duty_kernel:3000:1000:100000", "usr1"},
+            {"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log});
+  std::string ps = std::to_string(ready_pid(f));
+  ASSERT_TRUE(f.wait_for("waiting 1", 60)) << f.out() << a.proc().err();
+  ASSERT_NE(f.out().find("state window ok"), std::string::npos) << f.out();
+  uint64_t launched = 0, recorded = 0, api = 0;
+  {
+    std::istringstream in(f.out());
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("phase duty_kernel ", 0) == 0)
+        sscanf(line.c_str(), "phase duty_kernel launched %lu kernels %lu api %lu", &launched, &recorded, &api);
+  }
+  EXPECT_EQ(launched, 3000u) << f.out();
+  EXPECT_EQ(api, 0u);
+  // 3 s from inside a window: about 3 windows of 0.3 s.
+  EXPECT_GE(recorded, 500u) << f.out();
+  EXPECT_LE(recorded, 1300u) << f.out();
+
+  // slack: the library's thread wakes at a window's edge, late by up to this on a loaded machine.
+  const uint64_t period = 1000000000, on = 300000000, slack = 150000000;
+  size_t kernels = 0, missed = 0, enables = 0, disables = 0;
+  uint64_t busy_ns = 0, last_end = 0,
+           first_enable = 0;  // the union of the recorded kernels, each piece scaled by 1/0.3
+  std::ifstream lf(log);
+  std::istringstream in(std::string(std::istreambuf_iterator<char>(lf), {}));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    std::string type;
+    uint64_t t = 0;
+    l >> type >> t;
+    uint64_t phase = t % period;
+    if (type == "kernel") {
+      kernels++;
+      uint64_t end = 0;
+      l >> end;
+      if (end > std::max(t, last_end)) busy_ns += (end - std::max(t, last_end)) * 1000000 / 300000;
+      last_end = std::max(last_end, end);
+      EXPECT_LT(phase, on + slack) << line;
+    } else if (type == "missed") {
+      missed++;
+      EXPECT_TRUE(phase < slack || phase >= on) << line;
+    } else if (type == "enable") {
+      enables++;
+      if (!first_enable) first_enable = t;
+      // The first window opens when the agent's word arrives: anywhere in a window.
+      EXPECT_LT(phase, t - first_enable < 10000000 ? on + slack : slack) << line;
+    } else if (type == "disable") {
+      disables++;
+      EXPECT_TRUE(phase >= on && phase < on + slack) << line;
+    } else {
+      ADD_FAILURE() << "the agent asked for more than kernels: " << line;
+    }
+  }
+  EXPECT_EQ(kernels, recorded);
+  EXPECT_EQ(kernels + missed, 3000u);
+  EXPECT_GE(enables, 4u * 3);  // four kinds (kernels, copies, memsets, syncs), at least 3 windows
+  EXPECT_GE(disables, 4u * 2);
+
+  const std::string kd = "gpuscope_kernel_duration_seconds";
+  std::string m = scrape_until(a, [&](const std::string& t) {
+    return value_of(t, kd + "_count", {{"pid", ps}, {"kernel", "duty_kernel"}}) == static_cast<double>(recorded);
+  });
+  ASSERT_NE(m, "") << a.metrics();
+  EXPECT_NEAR(value_of(m, kd + "_sum", {{"pid", ps}, {"kernel", "duty_kernel"}}), recorded * 100e-6, 1e-9);
+  // Launches that fell behind their schedule overlap: the union, as the log has it.
+  EXPECT_NEAR(value_of(m, "gpuscope_gpu_busy_seconds_total", {{"pid", ps}, {"device", "0"}}), busy_ns / 1e9, 1e-9);
+  EXPECT_GE(busy_ns, recorded * 100000 * 10 / 3 / 2);
+  EXPECT_EQ(value_of(m, "gpuscope_gputime_duty_ratio", {}), 0.3);
+  EXPECT_EQ(value_of(m, "gpuscope_events_lost_total", {{"collector", "gputime"}, {"reason", "no_client_slot"}}), 0);
+  f.signal(SIGUSR1);
+  EXPECT_EQ(f.wait(20), 0) << f.err();
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 

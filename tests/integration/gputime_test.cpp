@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "bridge_fixture.h"
@@ -31,6 +34,24 @@ std::string tmp_file(const std::string& name) {
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
   return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A gpuscope scoped to no process (a developer's, on a shared machine) tells every process that
+// maps the library to record; the tests below count on knowing every client.
+std::string other_gpuscope() {
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream c(e.path() / "comm");
+    std::string comm;
+    if (!std::getline(c, comm) || comm != "gpuscope") continue;
+    std::string args = slurp(e.path() / "cmdline"), scoped;
+    for (const char* f : {"-p", "--pid", "-c", "--comm"})
+      if (args.find(std::string(1, '\0') + f + '\0') != std::string::npos) scoped = f;
+    bool tells = false;  // the subcommands with the GPU-time collector
+    for (const char* sub : {"kernels", "timeline", "agent"})
+      tells = tells || args.find(std::string(1, '\0') + sub + '\0') != std::string::npos;
+    if (scoped.empty() && tells) return e.path().filename().string();
+  }
+  return "";
 }
 
 }  // namespace
@@ -143,6 +164,7 @@ TEST(GpuTime, LibraryLoadedLater) {
 }
 
 TEST(GpuTime, TimelineTracksSpansFlows) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
   Process w({GT_FEEDER, CUPTI_LIB, "wait-detach"});
   pid_t pid = ready_pid(w);
   std::string out = tmp_file("timeline.json");
@@ -302,4 +324,310 @@ TEST(GpuTime, TimelineNamesOutliveTheProcess) {
   EXPECT_EQ(named, kKernels);
   EXPECT_NE(process.find("gputime_feeder"), std::string::npos) << process;
   unlink(out.c_str());
+}
+
+namespace {
+
+
+// cupti_app (libgpuscope-cupti.so over the stand-in libcupti) running PHASES, its stand-in's
+// log of enables and records in `log`.
+std::unique_ptr<Process> cupti_app(const std::vector<std::string>& phases, const std::string& log) {
+  std::vector<std::string> argv = {CUPTI_APP, CUPTI_LIB, CUPTI_STANDIN};
+  argv.insert(argv.end(), phases.begin(), phases.end());
+  unlink(log.c_str());
+  return std::make_unique<Process>(
+      argv, std::vector<std::string>{"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log});
+}
+
+// "phase NAME launched N kernels K api A dropped D" of the app's output.
+struct Phase {
+  bool found = false;
+  uint64_t launched = 0, kernels = 0, api = 0, dropped = 0;
+};
+
+Phase phase_of(const std::string& out, const std::string& name) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string tag, n, x;
+    Phase p;
+    if (!(w >> tag >> n) || tag != "phase" || n != name) continue;
+    w >> x >> p.launched >> x >> p.kernels >> x >> p.api >> x >> p.dropped;
+    p.found = true;
+    return p;
+  }
+  return {};
+}
+
+// The app's "slept MS calls C kinds K apis A recording R" lines, in order.
+struct Slept {
+  uint64_t calls = 0;
+  unsigned kinds = 0, apis = 0, recording = 0;
+};
+
+std::vector<Slept> slept_of(const std::string& out) {
+  std::vector<Slept> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string tag, ms, x;
+    Slept s;
+    if (!(w >> tag >> ms) || tag != "slept") continue;
+    w >> x >> s.calls >> x >> s.kinds >> x >> s.apis >> x >> s.recording;
+    v.push_back(s);
+  }
+  return v;
+}
+
+size_t log_count(const std::string& log, const std::string& type, const std::string& name = "") {
+  std::istringstream in(slurp(log));
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string t, a, b, nm;
+    w >> t >> a >> b >> nm;
+    n += t == type && (name.empty() || nm == name);
+  }
+  return n;
+}
+
+}  // namespace
+
+// kernels and timeline get every record while an agent records 0.2 s in every 1 s beside them;
+// launch-call (API) records are on only while the timeline records.
+TEST(GpuTime, ExactBesideADutyCycledAgent) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  std::string log = tmp_file("merge.log"), out = tmp_file("merge.json");
+  auto app = cupti_app({"wait:window", "usr1", "wait:exact", "wait:noapi", "exact_kernel:500:1000:50000", "usr1",
+                        "wait:api", "timeline_kernel:300:1000:50000", "usr1", "wait:noapi", "sleep:300", "usr1"},
+                       log);
+  std::string pid = std::to_string(ready_pid(*app));
+  Process agent({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-p", pid, "--collectors", "gputime",
+                 "--gputime-duty", "0.2/1", "--max-cpu-percent", "0", "--interval", "0.2"});
+  ASSERT_TRUE(app->wait_for("state window ok", 40)) << app->out() << agent.err();
+  ASSERT_TRUE(app->wait_for("waiting 1", 5)) << app->out();
+
+  Process k({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-p", pid});
+  ASSERT_TRUE(k.wait_for("gpuscope: counting", 30, true)) << k.err();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 2", 30)) << app->out();
+  EXPECT_NE(app->out().find("state exact ok"), std::string::npos) << app->out();
+  EXPECT_NE(app->out().find("state noapi ok"), std::string::npos) << app->out();
+  Phase e = phase_of(app->out(), "exact_kernel");
+  ASSERT_TRUE(e.found) << app->out();
+  EXPECT_EQ(e.kernels, 500u);
+  EXPECT_EQ(e.api, 0u);
+  EXPECT_EQ(e.dropped, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // a flush and an interval
+  k.signal(SIGINT);
+  ASSERT_EQ(k.wait(30), 0) << k.err();
+  uint64_t gpu_kernels = 0;
+  for (auto& l : parse_lines(k.out()))
+    if (l["type"] == "kernel" && l["kernel"] == "exact_kernel" && l.contains("gpu_kernels"))
+      gpu_kernels = l["gpu_kernels"].get<uint64_t>();
+  EXPECT_EQ(gpu_kernels, 500u) << k.out();
+
+  Process t({gpuscope_bin(), "timeline", "--json", "-p", pid, "-o", out, "--pin-dir", "/nonexistent"});
+  ASSERT_TRUE(t.wait_for("recording a timeline", 30, true)) << t.err();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 3", 30)) << app->out();
+  Phase tl = phase_of(app->out(), "timeline_kernel");
+  ASSERT_TRUE(tl.found) << app->out();
+  EXPECT_EQ(tl.kernels, 300u);
+  EXPECT_EQ(tl.api, 300u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  t.signal(SIGINT);
+  ASSERT_EQ(t.wait(30), 0) << t.err();
+  auto summary = parse_lines(t.out());
+  ASSERT_FALSE(summary.empty()) << t.out();
+  EXPECT_EQ(summary.back()["gpu_spans"].get<uint64_t>(), 300u) << t.out();
+  EXPECT_EQ(summary.back()["flows"].get<uint64_t>(), 300u) << t.out();
+
+  // The timeline gone, the agent's duty cycle alone again: launch calls off.
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 4", 30)) << app->out();
+  auto s = slept_of(app->out());
+  ASSERT_EQ(s.size(), 1u) << app->out();
+  EXPECT_EQ(s[0].apis, 0u);
+  EXPECT_EQ(log_count(log, "api"), 300u);
+  EXPECT_EQ(log_count(log, "missed", "exact_kernel"), 0u);
+  EXPECT_EQ(log_count(log, "missed", "timeline_kernel"), 0u);
+  app->signal(SIGUSR1);
+  EXPECT_EQ(app->wait(20), 0) << app->err();
+  agent.signal(SIGINT);
+  EXPECT_EQ(agent.wait(30), 0) << agent.err();
+  unlink(log.c_str());
+  unlink(out.c_str());
+}
+
+// With no gpuscope the library makes no call into CUPTI at all; a gpuscope that ends, even by
+// SIGKILL (its lease runs out), leaves CUPTI's activity off again.
+TEST(GpuTime, IdleLibraryCallsNothing) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  std::string log = tmp_file("idle.log");
+  auto app = cupti_app({"sleep:1000", "usr1", "wait:exact", "sleep:300", "usr1", "wait:off", "sleep:1000", "usr1",
+                        "wait:exact", "usr1", "wait:off"},
+                       log);
+  std::string pid = std::to_string(ready_pid(*app));
+  ASSERT_TRUE(app->wait_for("waiting 1", 10)) << app->out();
+  Process k({gpuscope_bin(), "kernels", "--json", "-p", pid});
+  ASSERT_TRUE(k.wait_for("gpuscope: counting", 30, true)) << k.err();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 2", 30)) << app->out();
+  k.signal(SIGINT);
+  ASSERT_EQ(k.wait(30), 0) << k.err();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 3", 30)) << app->out();
+  auto s = slept_of(app->out());
+  ASSERT_EQ(s.size(), 3u) << app->out();
+  EXPECT_EQ(s[0].calls, 0u);
+  EXPECT_EQ(s[0].kinds, 0u);
+  EXPECT_EQ(s[0].recording, 0u);
+  EXPECT_GT(s[1].calls, 0u);  // flushes while recording
+  EXPECT_NE(s[1].kinds, 0u);
+  EXPECT_EQ(s[1].recording, 2u);  // GS_GT_REC_EXACT
+  EXPECT_EQ(s[2].calls, 0u);
+  EXPECT_EQ(s[2].kinds, 0u);
+  EXPECT_EQ(s[2].apis, 0u);
+  EXPECT_EQ(s[2].recording, 0u);
+
+  Process k2({gpuscope_bin(), "kernels", "--json", "-p", pid});
+  ASSERT_TRUE(k2.wait_for("gpuscope: counting", 30, true)) << k2.err();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 4", 30)) << app->out();
+  EXPECT_NE(app->out().find("state exact ok"), std::string::npos);
+  k2.signal(SIGKILL);
+  k2.wait(10);
+  auto killed = std::chrono::steady_clock::now();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("done", 40)) << app->out();
+  double s_off = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::string o = app->out();
+  EXPECT_EQ(o.find("timeout"), std::string::npos) << o;
+  EXPECT_NE(o.find("state off ok", o.find("waiting 4")), std::string::npos) << o;
+  EXPECT_GE(s_off, 4.0);  // the lease (5 s after the last beat), not something sooner
+  EXPECT_LE(s_off, 12.0);
+  EXPECT_EQ(app->wait(20), 0) << app->err();
+  unlink(log.c_str());
+}
+
+// tests/gpu's floor library (check 82) over the stand-in: only the concurrent-kernel kind
+// enabled, from InitializeInjection on, every kernel record counted.
+TEST(GpuTime, CuptiFloorLibrary) {
+  std::string log = tmp_file("floor.log");
+  Process app({CUPTI_APP, CUPTI_FLOOR, CUPTI_STANDIN, "floor_kernel:100:1000:1000", "sleep:300"},
+              {"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log});
+  EXPECT_EQ(app.wait(30), 0) << app.out() << app.err();
+  Phase p = phase_of(app.out(), "floor_kernel");
+  EXPECT_EQ(p.kernels, 100u) << app.out();
+  EXPECT_EQ(p.api, 0u);
+  EXPECT_NE(app.err().find("gpuscope-cupti-floor: 100 kernel records, 0 dropped"), std::string::npos) << app.err();
+  EXPECT_EQ(log_count(log, "enable"), 1u);
+  std::istringstream first(slurp(log));
+  std::string type;
+  uint64_t ts = 0, kind = 0;
+  first >> type >> ts >> kind;
+  EXPECT_EQ(type, "enable");
+  EXPECT_EQ(kind, 10u);  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+  EXPECT_EQ(slurp(log).find("api_enable"), std::string::npos);
+  unlink(log.c_str());
+}
+
+// A version-1 gpuscope writes only the word `attached`: it gets what it always got, every
+// kernel and the launch calls, and nothing once it clears the word.
+TEST(GpuTime, VersionOneClientGetsEverything) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  std::string log = tmp_file("v1.log");
+  auto app = cupti_app({"attach1:7", "wait:exact", "wait:api", "v1_kernel:50:1000:1000", "attach1:0", "wait:off",
+                        "wait:noapi", "after_kernel:20:1000:1000"},
+                       log);
+  EXPECT_EQ(app->wait(40), 0) << app->out() << app->err();
+  EXPECT_EQ(app->out().find("timeout"), std::string::npos) << app->out();
+  Phase v1 = phase_of(app->out(), "v1_kernel"), after = phase_of(app->out(), "after_kernel");
+  EXPECT_EQ(v1.kernels, 50u) << app->out();
+  EXPECT_EQ(v1.api, 50u);
+  ASSERT_TRUE(after.found) << app->out();
+  EXPECT_EQ(after.kernels, 0u);
+  EXPECT_EQ(after.api, 0u);
+  unlink(log.c_str());
+}
+
+namespace {
+
+// Kernel records of `name` in the stand-in's log: their start times, and the launches missed.
+struct Logged {
+  std::vector<uint64_t> starts, missed;
+  std::map<uint64_t, bool> kernel_kind;  // time -> enabled, of the concurrent-kernel kind (10)
+  // What the library had done last before `t`, for a failure's message.
+  std::string before(uint64_t t) const {
+    auto it = kernel_kind.upper_bound(t);
+    if (it == kernel_kind.begin()) return "never enabled before";
+    --it;
+    return (it->second ? "enabled " : "disabled ") + std::to_string((t - it->first) / 1000000) + " ms before";
+  }
+};
+
+Logged logged(const std::string& log, const std::string& name) {
+  Logged out;
+  std::istringstream in(slurp(log));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string type, nm;
+    uint64_t t = 0, x = 0;
+    w >> type >> t >> x >> nm;
+    if ((type == "enable" || type == "disable") && x == 10) out.kernel_kind[t] = type == "enable";
+    if (nm != name) continue;
+    if (type == "kernel") out.starts.push_back(t);
+    if (type == "missed") out.missed.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Two agents with different duties on one process: the larger share's windows are recorded.
+// The one that asked for it killed (no goodbye), its lease runs out and the other's duty holds.
+TEST(GpuTime, TwoAgentsTheLargerDutyWins) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  std::string log = tmp_file("two.log");
+  // sleep:500: the library reads the slots every 100 ms; by then it goes by both.
+  auto app = cupti_app({"clients:2", "sleep:500", "usr1", "wide_kernel:2000:1000:50000", "usr1", "clients:1",
+                        "narrow_kernel:2000:1000:50000"},
+                       log);
+  std::string pid = std::to_string(ready_pid(*app));
+  auto agent = [&](const char* duty) {
+    return std::make_unique<Process>(std::vector<std::string>{gpuscope_bin(), "agent", "--listen", "127.0.0.1:0", "-p",
+                                                              pid, "--collectors", "gputime", "--gputime-duty", duty,
+                                                              "--max-cpu-percent", "0"});
+  };
+  auto narrow = agent("0.2/1"), wide = agent("0.5/1");
+  ASSERT_TRUE(app->wait_for("waiting 1", 40)) << app->out() << narrow->err() << wide->err();
+  ASSERT_NE(app->out().find("clients 2 ok"), std::string::npos) << app->out();
+  app->signal(SIGUSR1);
+  ASSERT_TRUE(app->wait_for("waiting 2", 30)) << app->out();
+  wide->signal(SIGKILL);
+  wide->wait(10);
+  app->signal(SIGUSR1);
+  EXPECT_EQ(app->wait(60), 0) << app->out() << app->err();
+  EXPECT_NE(app->out().find("clients 1 ok"), std::string::npos) << app->out();
+  // slack: the library's thread wakes at a window's edge, late by up to this on a loaded machine.
+  const uint64_t period = 1000000000, slack = 150000000;
+  auto check = [&](const std::string& name, uint64_t on) {
+    Logged l = logged(log, name);
+    EXPECT_EQ(l.starts.size() + l.missed.size(), 2000u) << name;
+    size_t late = 0;  // recorded past the narrow window: only the wide one holds them
+    for (uint64_t t : l.starts) {
+      EXPECT_LT(t % period, on + slack) << name;
+      late += t % period > 200000000 + slack;
+    }
+    for (uint64_t t : l.missed)
+      EXPECT_TRUE(t % period < slack || t % period >= on)
+          << name << " missed at phase " << t % period / 1000000 << " ms, kernels " << l.before(t);
+    return late;
+  };
+  EXPECT_GT(check("wide_kernel", 500000000), 100u);  // about 300: (0.35, 0.5) s of 2 periods
+  EXPECT_EQ(check("narrow_kernel", 200000000), 0u);
+  narrow->signal(SIGINT);
+  EXPECT_EQ(narrow->wait(30), 0) << narrow->err();
+  unlink(log.c_str());
 }

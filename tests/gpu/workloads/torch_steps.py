@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Launch-bound PyTorch training steps for checks/97_agent_pytorch.sh (agent on against off).
 
-usage: torch_steps.py GO_PREFIX ROUNDS STEPS
+usage: torch_steps.py GO_PREFIX ROUNDS STEPS [SECONDS]
 
 A small MLP on a small batch, so that each step's time is the host's launch path, not the
 GPU's work. Warms up, prints READY, then for each round r waits for the file GO_PREFIX<r>,
 runs STEPS steps and prints `ROUND {"round": r, "step_ms": [...]}` (per-step times of
-blocks of 10 steps, synchronized at each block's end).
+blocks of 10 steps, synchronized at each block's end). With SECONDS, a round runs blocks of 10
+steps until SECONDS have passed instead (checks/82: a round that spans a whole duty period holds
+exactly one recording window).
 """
 import json
 import os
@@ -18,6 +20,7 @@ import torch
 
 def main():
     go, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.ReLU(), torch.nn.Linear(64, 10)).cuda()
@@ -38,7 +41,8 @@ def main():
         while not os.path.exists(f"{go}{r}"):
             time.sleep(0.02)
         times = []
-        for _ in range(steps // 10):
+        start = time.perf_counter()
+        while (time.perf_counter() - start < seconds) if seconds else len(times) < steps // 10:
             t = time.perf_counter()
             for _ in range(10):
                 step()
