@@ -55,6 +55,9 @@ static struct {
 	__typeof__(&cuptiActivityEnableRuntimeApi) enableRuntimeApi;
 	__typeof__(&cuptiActivityEnableDriverApi) enableDriverApi;
 	__typeof__(&cuptiActivityGetNumDroppedRecords) numDropped;
+	__typeof__(&cuptiSubscribe) subscribe;
+	__typeof__(&cuptiEnableCallback) enableCallback;
+	__typeof__(&cuptiFinalize) finalize;
 } cu;
 
 #define BUF_BYTES (1u << 20)
@@ -288,6 +291,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	pthread_mutex_unlock(&lock);
 }
 
+/* Kernels always; copies, memsets and synchronizations only for a timeline, which draws them:
+ * each kind enabled costs the process on every call of its kind. */
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
 					   CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
 /* Launch calls only, for the arrows from a launch to its kernel: every API would cost a
@@ -306,37 +311,45 @@ static const CUpti_CallbackId driver_launches[] = {
 };
 
 /* CUPTI is set up when something is first recorded: a process nobody watches never has it
- * initialized. 0 when CUPTI refuses (said once). */
+ * initialized; and again after a duty cycle's window detached it. 0 when CUPTI refuses (said
+ * once). */
+static int cupti_state; /* 0 not set up, 1 ready, -1 refused */
+static pthread_mutex_t detach_lock = PTHREAD_MUTEX_INITIALIZER;
+static int detach_pending; /* a window ended: the next launch's exit detaches CUPTI */
+static CUpti_SubscriberHandle detach_sub;
+static int kinds_on; /* how many of kinds[] are enabled */
+
 static int set_up(void)
 {
-	static int state; /* 0 not yet, 1 ready, -1 refused */
-	if (state)
-		return state > 0;
+	if (cupti_state)
+		return cupti_state > 0;
 	CUptiResult rc = cu.registerCallbacks(buffer_requested, buffer_completed);
 	if (rc != CUPTI_SUCCESS) {
 		const char *why = "?";
 		if (cu.resultString)
 			cu.resultString(rc, &why);
 		say("CUPTI refused its buffers (%s); GPU activity is not recorded", why);
-		state = -1;
+		cupti_state = -1;
 		return 0;
 	}
 	keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
 	if (cu.setThreadIdType)
 		cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-	state = 1;
+	cupti_state = 1;
 	return 1;
 }
 
-static int set_recording(int on, int api)
+static int set_recording(int on, int full)
 {
 	if (on && !set_up())
 		return 0;
-	if (on != enabled)
-		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-			(on ? cu.enable : cu.disable)(kinds[i]);
+	int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
+	for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
+		if ((i < want) != (i < kinds_on))
+			(i < want ? cu.enable : cu.disable)(kinds[i]);
+	kinds_on = want;
 	enabled = on;
-	api = on && api && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
+	int api = on && full && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
 	if (api != api_on) {
 		for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
 			cu.enableRuntimeApi(runtime_launches[i], (uint8_t)api);
@@ -345,6 +358,51 @@ static int set_recording(int on, int api)
 	}
 	api_on = api;
 	return 1;
+}
+
+/* Once initialized, CUPTI costs every CUDA call of the process even with no activity enabled
+ * (measured on the H200: a duty cycle recording a tenth of the time cost as much as recording
+ * always). So after a window CUPTI is detached (cuptiFinalize), and set up again for the next.
+ * CUPTI wants that done at the exit of a CUDA call, so it is done in a callback at the exit of
+ * the process's next launch, on the thread that made it. */
+static void CUPTIAPI detach_at_exit(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+				    const void *data)
+{
+	(void)userdata, (void)domain, (void)cbid;
+	const CUpti_CallbackData *d = data;
+	if (d->callbackSite != CUPTI_API_EXIT || !__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL))
+		return;
+	pthread_mutex_lock(&detach_lock);
+	cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	if (cu.finalize() == CUPTI_SUCCESS) {
+		cupti_state = 0;
+		kinds_on = 0;
+		api_on = 0;
+		detach_sub = NULL; /* gone with CUPTI */
+	}
+	pthread_mutex_unlock(&detach_lock);
+}
+
+static void request_detach(void)
+{
+	if (!cu.subscribe || !cu.enableCallback || !cu.finalize || detach_pending)
+		return;
+	if (!detach_sub && cu.subscribe(&detach_sub, detach_at_exit, NULL) != CUPTI_SUCCESS) {
+		detach_sub = NULL;
+		return;
+	}
+	for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+		cu.enableCallback(1, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+	__atomic_store_n(&detach_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* A window begins before any launch took the detach: CUPTI stays as it is, the callback
+ * goes. */
+static void cancel_detach(void)
+{
+	if (__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL) && detach_sub)
+		for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+			cu.enableCallback(0, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
 }
 
 /* What the clients want together, now. */
@@ -414,6 +472,13 @@ static void *control_thread(void *arg)
 			if (!on)
 				set_recording(0, 0);
 			cu.flushAll(0);
+			if (!on && w.next_edge_ns)
+				request_detach();
+		}
+		if (on) {
+			cancel_detach();
+			pthread_mutex_lock(&detach_lock); /* a detach under way ends first */
+			pthread_mutex_unlock(&detach_lock);
 		}
 		int was = enabled;
 		pthread_mutex_lock(&lock);
@@ -562,6 +627,9 @@ GS_EXPORT int InitializeInjection(void)
 	LOAD(enableRuntimeApi, cuptiActivityEnableRuntimeApi);
 	LOAD(enableDriverApi, cuptiActivityEnableDriverApi);
 	LOAD(numDropped, cuptiActivityGetNumDroppedRecords);
+	LOAD(subscribe, cuptiSubscribe);
+	LOAD(enableCallback, cuptiEnableCallback);
+	LOAD(finalize, cuptiFinalize);
 	uint32_t version = 0;
 	if (!cu.getVersion || !cu.enable || !cu.disable || !cu.registerCallbacks || !cu.nextRecord || !cu.flushAll ||
 	    cu.getVersion(&version) != CUPTI_SUCCESS) {

@@ -319,7 +319,9 @@ TEST(Agent, MetricsAndApi) {
   const double sample = value_of(m, "gpuscope_api_launch_sample", {});
   ASSERT_TRUE(sample == 16 || sample == 1) << sample;
   const double timed = value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "timed"}});
-  if (sample == 1) EXPECT_EQ(timed, 8);
+  if (sample == 1) {
+    EXPECT_EQ(timed, 8);
+  }
   EXPECT_EQ(timed + value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "unsampled"}}),
             8);
   EXPECT_EQ(std::max(0.0, value_of(m, "gpuscope_api_calls_total",
@@ -553,7 +555,7 @@ TEST(Agent, GpuTimeDutyCycle) {
 
   // slack: the library's thread wakes at a window's edge, late by up to this on a loaded machine.
   const uint64_t period = 1000000000, on = 300000000, slack = 150000000;
-  size_t kernels = 0, missed = 0, enables = 0, disables = 0;
+  size_t kernels = 0, missed = 0, enables = 0, disables = 0, finalizes = 0;
   uint64_t busy_ns = 0, last_end = 0,
            first_enable = 0;  // the union of the recorded kernels, each piece scaled by 1/0.3
   std::ifstream lf(log);
@@ -582,14 +584,21 @@ TEST(Agent, GpuTimeDutyCycle) {
     } else if (type == "disable") {
       disables++;
       EXPECT_TRUE(phase >= on && phase < on + slack) << line;
+    } else if (type == "finalize") {
+      // CUPTI detached at the exit of the first launch after a window: it costs nothing until
+      // the next.
+      finalizes++;
+      EXPECT_TRUE(phase >= on && phase < on + slack) << line;
     } else {
       ADD_FAILURE() << "the agent asked for more than kernels: " << line;
     }
   }
   EXPECT_EQ(kernels, recorded);
   EXPECT_EQ(kernels + missed, 3000u);
-  EXPECT_GE(enables, 4u * 3);  // four kinds (kernels, copies, memsets, syncs), at least 3 windows
-  EXPECT_GE(disables, 4u * 2);
+  EXPECT_GE(enables, 3u);  // kernels alone (copies, memsets and syncs are a timeline's), at least 3 windows
+  EXPECT_GE(disables, 2u);
+  EXPECT_GE(finalizes, 2u);
+  EXPECT_LE(finalizes, disables);
 
   const std::string kd = "gpuscope_kernel_duration_seconds";
   std::string m = scrape_until(a, [&](const std::string& t) {
