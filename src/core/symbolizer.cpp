@@ -1,7 +1,5 @@
 #include "core/symbolizer.h"
 
-#include <sys/sysmacros.h>
-
 #include "core/perf_map.h"
 #include "core/proc_maps.h"
 
@@ -17,7 +15,6 @@
 
 #include <fmt/format.h>
 
-#include "core/demangle.h"
 #include "core/symbol_table.h"
 #include "core/system.h"
 
