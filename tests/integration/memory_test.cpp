@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -238,47 +239,65 @@ TEST(Memory, SymbolTableAgreesWithElfSymbolsAndIsShared) {
   EXPECT_EQ(gpuscope::SymbolTable::live(), before);
 }
 
-TEST(Memory, KernelsNamesLaunchesFromTheBigLibraryWithinBounds) {
-  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-c", kComm});
-  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
-  App app(library_copy(0));
-  ASSERT_EQ(app.kernels.size(), 8u) << app.p.out();
-  auto named = [&] {
-    std::set<std::string> r;
-    for (auto& l : parse_lines(g.out()))
-      if (l["type"] == "kernel" && l["pid"] == app.pid && l["module"] == "libgsbig.so") r.insert(l["kernel"]);
-    return r;
-  };
-  EXPECT_TRUE(wait_until([&] { return named() == app.kernels; }, 30)) << testing::PrintToString(named());
-  sleep_s(1);
-  Mem m = mem_of(g.pid());
-  EXPECT_EQ(app.stop(), 0) << app.p.err();
-  g.signal(SIGINT);
-  EXPECT_EQ(g.wait(30), 0) << g.err();
-  expect_bounded(m, "kernels, one copy");
+namespace {
+
+std::vector<std::unique_ptr<App>> start_apps(int copies) {
+  std::vector<std::unique_ptr<App>> apps;
+  for (int i = 0; i < copies; i++) {
+    apps.push_back(std::make_unique<App>(library_copy(i)));
+    EXPECT_EQ(apps.back()->kernels.size(), 8u) << apps.back()->p.out();
+  }
+  return apps;
 }
 
-TEST(Memory, TraceNamesLaunchesFromTheBigLibraryWithinBounds) {
+// kernels names each app's 8 launches from its copy of the library; its memory meanwhile.
+void kernels_case(int copies) {
+  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-c", kComm});
+  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
+  auto apps = start_apps(copies);
+  auto named = [&](pid_t pid) {
+    std::set<std::string> r;
+    for (auto& l : parse_lines(g.out()))
+      if (l["type"] == "kernel" && l["pid"] == pid && l["module"] == "libgsbig.so") r.insert(l["kernel"]);
+    return r;
+  };
+  for (auto& app : apps)
+    EXPECT_TRUE(wait_until([&] { return named(app->pid) == app->kernels; }, 30))
+        << testing::PrintToString(named(app->pid));
+  sleep_s(1);
+  Mem m = mem_of(g.pid());
+  for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  expect_bounded(m, "kernels, " + std::to_string(copies) + " cop" + (copies == 1 ? "y" : "ies"));
+}
+
+// trace names every launch of each app; its memory meanwhile.
+void trace_case(int copies) {
   Trace t({"-c", kComm});
-  App app(library_copy(0));
+  auto apps = start_apps(copies);
   sleep_s(3);  // trace reads its events at least every 100 ms; its naming keeps up
   Mem m = mem_of(t.proc().pid());
-  EXPECT_EQ(app.stop(), 0) << app.p.err();
+  for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
   sleep_s(0.3);
-  std::map<std::string, int> launches;
+  std::map<pid_t, std::set<std::string>> named;
   for (auto& e : t.stop())
-    if (e.value("pid", 0) == app.pid && e.value("api", "") == "cudaLaunchKernel" && e.value("phase", "") == "enter")
-      launches[e.value("kernel", "")]++;
-  std::set<std::string> named;
-  for (auto& [k, n] : launches) named.insert(k);
-  EXPECT_EQ(named, app.kernels) << testing::PrintToString(launches);
-  expect_bounded(m, "trace, one copy");
+    if (e.value("api", "") == "cudaLaunchKernel" && e.value("phase", "") == "enter")
+      named[e.value("pid", 0)].insert(e.value("kernel", ""));
+  for (auto& app : apps) EXPECT_EQ(named[app->pid], app->kernels) << app->pid;
+  expect_bounded(m, "trace, " + std::to_string(copies) + " cop" + (copies == 1 ? "y" : "ies"));
 }
+
+}  // namespace
+
+TEST(Memory, KernelsNamesLaunchesFromTheBigLibraryWithinBounds) { kernels_case(1); }
+TEST(Memory, KernelsThreeCopiesWithinBounds) { kernels_case(3); }
+TEST(Memory, TraceNamesLaunchesFromTheBigLibraryWithinBounds) { trace_case(1); }
+TEST(Memory, TraceThreeCopiesWithinBounds) { trace_case(3); }
 
 TEST(Memory, AgentWithDefaultCollectorsNamesLaunchesWithinBounds) {
   Agent a({});
-  std::vector<std::unique_ptr<App>> apps;
-  apps.push_back(std::make_unique<App>(library_copy(0)));
+  auto apps = start_apps(1);
   Mem m = agent_names_all(a, apps);
   for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
@@ -288,12 +307,11 @@ TEST(Memory, AgentWithDefaultCollectorsNamesLaunchesWithinBounds) {
 // Three copies are three tables; once their processes exit the tables are dropped and the
 // memory goes back to the system (the agent keeps running beside other processes).
 TEST(Memory, AgentThreeCopiesWithinBoundsAndGivenBackAfterExit) {
-  std::vector<std::string> libs{library_copy(0), library_copy(1), library_copy(2)};
+  for (int i = 0; i < 3; i++) library_copy(i);  // before the idle figure
   Agent a({"--collectors", "kernels"});
   sleep_s(1);
   Mem idle = mem_of(a.proc().pid());
-  std::vector<std::unique_ptr<App>> apps;
-  for (auto& lib : libs) apps.push_back(std::make_unique<App>(lib));
+  auto apps = start_apps(3);
   Mem busy = agent_names_all(a, apps);
   for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
   Mem after;
