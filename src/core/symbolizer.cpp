@@ -1,7 +1,5 @@
 #include "core/symbolizer.h"
 
-#include <sys/sysmacros.h>
-
 #include "core/perf_map.h"
 #include "core/proc_maps.h"
 
@@ -17,8 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "core/demangle.h"
-#include "core/elf_symbols.h"
+#include "core/symbol_table.h"
 #include "core/system.h"
 
 namespace gpuscope {
@@ -38,29 +35,23 @@ pid_t ns_pid(pid_t pid) {
   return pid;
 }
 
-// Function symbols of one file, by file offset (what a mapping's address turns into).
-struct Symbolizer::SymTable {
-  struct Sym {
-    uint64_t offset, size;
-    std::string name;  // as the ELF file has it (mangled)
-  };
-  std::vector<Sym> syms;
-  const Sym* find(uint64_t off) const {
-    auto it = std::upper_bound(syms.begin(), syms.end(), off, [](uint64_t o, const Sym& s) { return o < s.offset; });
-    if (it == syms.begin()) return nullptr;
-    --it;
-    // A sized symbol must contain the address; an unsized one reaches to the next symbol.
-    if (it->size && off >= it->offset + it->size) return nullptr;
-    return &*it;
-  }
-};
-
 struct Symbolizer::Process {
   struct Mapping {
     uint64_t start, end, pgoff;
-    std::string path, key;
-    std::shared_ptr<SymTable> table;
+    std::string path;
+    dev_t dev = 0;
+    ino_t ino = 0;  // 0: no file ([vdso], JIT pages, [anon:...])
+    std::shared_ptr<const SymbolTable> table;
     bool tried = false;
+
+    const SymbolTable* symbols(pid_t pid) {
+      if (!tried) {
+        tried = true;
+        // Through the process's root first: a container's /usr/lib is not ours.
+        table = SymbolTable::shared(dev, ino, {fmt::format("/proc/{}/root{}", pid, path), path});
+      }
+      return table.get();
+    }
   };
   std::vector<Mapping> maps;
   Clock::time_point maps_at{};
@@ -76,15 +67,14 @@ struct Symbolizer::Process {
     std::vector<Mapping> fresh;
     for (auto& e : read_proc_maps(pid)) {
       if (!e.executable) continue;
-      Mapping m{e.start, e.end, e.file_offset, e.path, {}, nullptr, false};
-      // A file mapping has an inode; [vdso], JIT pages and [anon:...] do not.
-      if (e.is_file()) m.key = fmt::format("{:x}:{:x}:{}", major(e.dev), minor(e.dev), e.ino);
+      Mapping m{e.start, e.end, e.file_offset, e.path};
+      if (e.is_file()) m.dev = e.dev, m.ino = e.ino;
       fresh.push_back(std::move(m));
     }
     if (fresh.empty()) return;  // a zombie has no mappings left
     std::sort(fresh.begin(), fresh.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
     for (auto& m : fresh)  // symbol tables already loaded stay with their mapping
-      if (Mapping* old = find_in(maps, m.start); old && old->key == m.key && old->end == m.end) {
+      if (Mapping* old = find_in(maps, m.start); old && old->dev == m.dev && old->ino == m.ino && old->end == m.end) {
         m.table = old->table;
         m.tried = old->tried;
       }
@@ -141,24 +131,6 @@ Symbolizer::Process& Symbolizer::process(pid_t pid) {
   return *p;
 }
 
-std::shared_ptr<Symbolizer::SymTable> Symbolizer::table(pid_t pid, const std::string& path, const std::string& key) {
-  auto it = tables_.find(key);
-  if (it != tables_.end()) return it->second;
-  auto t = std::make_shared<SymTable>();
-  // Through the process's root first: a container's /usr/lib is not ours.
-  for (const std::string& p : {fmt::format("/proc/{}/root{}", pid, path), path}) {
-    try {
-      ElfSymbols e = ElfSymbols::read(p);
-      for (auto& [name, s] : e.all()) t->syms.push_back({s.file_offset, s.size, name});
-      break;
-    } catch (const std::exception&) {
-    }
-  }
-  std::sort(t->syms.begin(), t->syms.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
-  tables_.emplace(key, t);
-  return t;
-}
-
 std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool with_offset) {
   Process& p = process(pid);
   uint64_t a = return_address && addr ? addr - 1 : addr;
@@ -167,19 +139,14 @@ std::string Symbolizer::user(pid_t pid, uint64_t addr, bool return_address, bool
     p.read_maps(pid);  // a library loaded since
     m = p.find(a);
   }
-  if (m && !m->key.empty()) {
-    if (!m->tried) {
-      m->tried = true;
-      m->table = table(pid, m->path, m->key);
-    }
+  if (m && m->ino) {
+    const SymbolTable* t = m->symbols(pid);
     uint64_t off = a - m->start + m->pgoff;
-    if (m->table)
-      if (const SymTable::Sym* s = m->table->find(off)) {
-        std::string name = s->name.starts_with("_Z") ? demangle(s->name) : s->name;
+    if (const SymbolTable::Entry* s = t->find(off))
+      if (std::string name = t->display_name(*s); !name.empty())
         return with_offset
                    ? fmt::format("{}+{:#x} ({})", name, addr - m->start + m->pgoff - s->offset, base_name(m->path))
                    : name;
-      }
     return fmt::format("{}+{:#x}", base_name(m->path), off);
   }
   if (const std::string* n = p.perf_find(a)) return *n;
@@ -199,15 +166,14 @@ static Symbolizer::Process::Mapping* find_mapping(Symbolizer::Process& p, pid_t 
 
 std::optional<Symbolizer::Symbol> Symbolizer::symbol_at(pid_t pid, uint64_t addr) {
   Process::Mapping* m = find_mapping(process(pid), pid, addr);
-  if (!m || m->key.empty()) return std::nullopt;
-  if (!m->tried) {
-    m->tried = true;
-    m->table = table(pid, m->path, m->key);
-  }
+  if (!m || !m->ino) return std::nullopt;
+  const SymbolTable* t = m->symbols(pid);
   uint64_t off = addr - m->start + m->pgoff;
-  const SymTable::Sym* s = m->table ? m->table->find(off) : nullptr;
+  const SymbolTable::Entry* s = t->find(off);
   if (!s) return std::nullopt;
-  return Symbol{s->name, off - s->offset, base_name(m->path)};
+  std::string raw = t->name(*s);
+  if (raw.empty()) return std::nullopt;
+  return Symbol{std::move(raw), off - s->offset, base_name(m->path)};
 }
 
 std::string Symbolizer::module_of(pid_t pid, uint64_t addr) {
@@ -224,10 +190,7 @@ bool Symbolizer::snapshot(pid_t pid) {
   }
   // Symbol tables are read now, while /proc/PID/root still leads to the process's files.
   for (auto& m : p.maps)
-    if (!m.key.empty() && !m.tried) {
-      m.tried = true;
-      m.table = table(pid, m.path, m.key);
-    }
+    if (m.ino) m.symbols(pid);
   return true;
 }
 

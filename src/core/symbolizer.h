@@ -46,17 +46,15 @@ class Symbolizer {
   // The process has exited: drop what was read for it.
   void forget(pid_t pid);
 
-  struct SymTable;
   struct Process;
 
  private:
   Process& process(pid_t pid);
-
-  std::shared_ptr<SymTable> table(pid_t pid, const std::string& path, const std::string& key);
   void load_kallsyms();
 
+  // Each mapping holds its file's SymbolTable, shared process-wide: it lives while a process
+  // that maps the file is known here or to another Symbolizer.
   std::unordered_map<pid_t, std::unique_ptr<Process>> procs_;
-  std::unordered_map<std::string, std::shared_ptr<SymTable>> tables_;  // by dev:inode (or path)
   std::vector<std::pair<uint64_t, std::string>> ksyms_;
   bool ksyms_loaded_ = false;
 };

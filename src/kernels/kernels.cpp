@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -203,6 +204,22 @@ void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
 void KernelsCollector::tick() {
   learn_new_keys();
   auto now = std::chrono::steady_clock::now();
+  // trace snapshots every process it notices, but only those that launched report their exit:
+  // the others are forgotten once seen gone twice, so that their symbol tables are let go.
+  if (cfg_.naming_only && now >= next_sweep_) {
+    next_sweep_ = now + std::chrono::seconds(2);
+    std::set<pid_t> dead;
+    std::set<uint32_t> gone;
+    for (pid_t pid : syms_.pids())
+      if (kill(pid, 0) != 0 && errno == ESRCH) {
+        if (seen_dead_.count(pid))
+          gone.insert(static_cast<uint32_t>(pid));
+        else
+          dead.insert(pid);
+      }
+    seen_dead_ = std::move(dead);
+    if (!gone.empty()) forget(gone);
+  }
   while (!forget_at_.empty() && forget_at_.front().second <= now) {
     forget({forget_at_.front().first});
     forget_at_.pop_front();

@@ -165,6 +165,8 @@ class KernelsCollector {
   std::vector<std::string> notes_;
   std::map<Key, std::chrono::steady_clock::time_point> unknown_until_;                // name_of's misses
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
+  std::chrono::steady_clock::time_point next_sweep_{};
+  std::set<pid_t> seen_dead_;  // naming only: gone at the last sweep
 };
 
 }  // namespace gpuscope
