@@ -276,7 +276,21 @@ void kernels_case(int copies) {
 void trace_case(int copies) {
   Trace t({"-c", kComm});
   auto apps = start_apps(copies);
-  sleep_s(3);  // trace reads its events at least every 100 ms; its naming keeps up
+  // Until every app's launches come named (under ASAN, reading three such tables takes seconds);
+  // only whole lines of the growing output are read.
+  auto named_now = [&](pid_t pid) {
+    std::set<std::string> r;
+    std::string out = t.proc().out();
+    out.resize(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    for (auto& e : parse_lines(out))
+      if (e.value("pid", 0) == pid && e.value("api", "") == "cudaLaunchKernel" && e.value("phase", "") == "enter")
+        r.insert(e.value("kernel", ""));
+    return r;
+  };
+  for (auto& app : apps)
+    EXPECT_TRUE(wait_until([&] { return named_now(app->pid) == app->kernels; }, 60))
+        << testing::PrintToString(named_now(app->pid));
+  sleep_s(1);
   Mem m = mem_of(t.proc().pid());
   for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
   sleep_s(0.3);
