@@ -103,22 +103,27 @@ size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& p
   size_t attached = 0;
   const size_t first_link = links_.size(), failures_before = stats_.attach_failures;
   const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
-  for (auto& c : clients_)
-    for (auto& p : c.probes) {
-      UprobeMultiTarget t = sites_of(obj, p.rows);
-      if (t.offsets.empty()) continue;
-      t.path = path;
-      t.retprobe = p.retprobe;
-      t.session = p.session;
-      for (pid_t pid : pids) {
-        t.pid = pid;
-        AttachTally tally;
-        attach_sites(p.prog, t, c.multi, links_, tally);
-        attached += tally.sites;
-        stats_.attach_failures += tally.failures;
-        if (!tally.err.empty()) *err = tally.err;
+  // Return probes go in before entry probes: a call entered between the two would otherwise
+  // keep its entry without its return for good (a depth that never comes back to zero, and a
+  // thread whose later launches all look nested).
+  for (int pass = 0; pass < 2; pass++)
+    for (auto& c : clients_)
+      for (auto& p : c.probes) {
+        if ((pass == 0) != (p.retprobe && !p.session)) continue;
+        UprobeMultiTarget t = sites_of(obj, p.rows);
+        if (t.offsets.empty()) continue;
+        t.path = path;
+        t.retprobe = p.retprobe;
+        t.session = p.session;
+        for (pid_t pid : pids) {
+          t.pid = pid;
+          AttachTally tally;
+          attach_sites(p.prog, t, c.multi, links_, tally);
+          attached += tally.sites;
+          stats_.attach_failures += tally.failures;
+          if (!tally.err.empty()) *err = tally.err;
+        }
       }
-    }
   // The process that lent its path exited part way through (say, entry probes attached, exit
   // probes not): a half-probed object would keep entries without exits for good, so what was
   // attached is undone, and the object is attached whole through another path or a later scan.

@@ -72,8 +72,9 @@ void expect_named(const std::vector<json>& lines, pid_t pid, size_t extra = 0) {
   EXPECT_EQ(rows["coop_kernel(float*)"], R(3, "kernels_app")) << testing::PrintToString(rows);
   EXPECT_EQ(rows["[host fn] host_cb(void*)"], R(2, "kernels_app")) << testing::PrintToString(rows);
   for (auto& l : lines)
-    if (l["type"] == "kernel" && l["pid"] == pid)
+    if (l["type"] == "kernel" && l["pid"] == pid) {
       EXPECT_EQ(l["kind"], l["kernel"].get<std::string>().starts_with("[host fn]") ? "host_function" : "kernel");
+    }
 }
 
 }  // namespace
@@ -103,8 +104,8 @@ TEST(Kernels, OpaqueHandlesAttachAfterStart) {
 TEST(Kernels, DriverLayerOnlyCountsEachLaunchOnce) {
   pid_t pid;
   std::string err;
-  auto lines = run_app("standin", false, &pid, {"--count-layer", "driver", "-v"}, {"KERNELS_APP_DRIVER_MODULE=1"},
-                       &err);
+  auto lines =
+      run_app("standin", false, &pid, {"--count-layer", "driver", "-v"}, {"KERNELS_APP_DRIVER_MODULE=1"}, &err);
   expect_named(lines, pid, 1);
   EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
   EXPECT_NE(err.find("counting at the driver layer alone"), std::string::npos) << err;
@@ -191,10 +192,32 @@ TEST(Kernels, CaptureAndGraphs) {
   EXPECT_EQ(other, 1u) << g.out();
 }
 
+// Attached to a process in a tight launch loop: a call entered between the attachment of the
+// entry and of the return probes must not leave the thread looking nested for good (it did:
+// counting stopped after one launch). The runtime row keeps growing in every later interval.
+TEST(Kernels, AttachDuringALaunchLoopKeepsCounting) {
+  Process app({standin_app(), "launch_loop", "8000"});
+  sleep_s(0.3);
+  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-p", std::to_string(app.pid()), "-d", "3"});
+  ASSERT_EQ(g.wait(30), 0) << g.err();
+  std::vector<uint64_t> counts;  // the runtime row (the stand-in's own stub) per interval
+  for (auto& l : parse_lines(g.out()))
+    if (l["type"] == "kernel" && l["pid"] == app.pid() && l["module"] == "standin_app")
+      counts.push_back(l["launches"].get<uint64_t>());
+  app.signal(SIGTERM);
+  app.wait(20);
+  ASSERT_GE(counts.size(), 4u) << g.out();
+  for (size_t i = 1; i < counts.size(); i++)
+    EXPECT_GT(counts[i], counts[i - 1] + 1000) << testing::PrintToString(counts);
+}
+
 TEST(Kernels, BadInput) {
-  for (std::vector<std::string> args : {std::vector<std::string>{"--interval", "0"}, {"--top", "-3"},
+  for (std::vector<std::string> args : {std::vector<std::string>{"--interval", "0"},
+                                        {"--top", "-3"},
                                         {"--count-layer", "runtime"},
-                                        {"-p", "999999999"}, {"--lib", "/etc/passwd"}, {"--bogus"}}) {
+                                        {"-p", "999999999"},
+                                        {"--lib", "/etc/passwd"},
+                                        {"--bogus"}}) {
     args.insert(args.begin(), {gpuscope_bin(), "kernels"});
     auto r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
