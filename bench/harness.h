@@ -136,25 +136,8 @@ inline BareComparison compare_with_bare(int rounds, const std::string& workload,
   return c;
 }
 
-// Run counts and run time of every loaded BPF program whose name starts with `prefix` (names
-// are cut at 15 characters); the kernel counts time only while stats are enabled.
-struct ProgStats {
-  uint64_t runs = 0, run_time_ns = 0;
-};
+// Run counts and run time of every loaded BPF program whose name starts with `prefix`.
+using ProgStats = gpuscope::ProgramStats;
 inline std::map<std::string, ProgStats> bpf_prog_stats(const std::string& prefix) {
-  std::map<std::string, ProgStats> r;
-  __u32 id = 0;
-  while (bpf_prog_get_next_id(id, &id) == 0) {
-    int fd = bpf_prog_get_fd_by_id(id);
-    if (fd < 0) continue;
-    bpf_prog_info info{};
-    __u32 len = sizeof info;
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string(info.name).starts_with(prefix)) {
-      auto& s = r[info.name];
-      s.runs += info.run_cnt;
-      s.run_time_ns += info.run_time_ns;
-    }
-    close(fd);
-  }
-  return r;
+  return gpuscope::loaded_program_stats(prefix);
 }

@@ -623,6 +623,16 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
   m.add("gpuscope_exported_processes", {{"state", "exited"}}, static_cast<double>(gone_.size()));
   if (in.anomalies) in.anomalies->add_metrics(m);
   if (in.governor) in.governor->add_metrics(m);
+  if (in.programs) {
+    m.family("gpuscope_bpf_program_runs_total", T::counter,
+             "Runs of each of the agent's BPF programs, by program name, while kernel.bpf_stats_enabled is 1");
+    m.family("gpuscope_bpf_program_run_seconds_total", T::counter,
+             "Time in each of the agent's BPF programs, by program name, while kernel.bpf_stats_enabled is 1");
+    for (auto& [name, s] : *in.programs) {
+      m.add("gpuscope_bpf_program_runs_total", {{"program", name}}, static_cast<double>(s.runs));
+      m.add("gpuscope_bpf_program_run_seconds_total", {{"program", name}}, static_cast<double>(s.run_time_ns) / 1e9);
+    }
+  }
   add_process_metrics(m);
   *series = m.series();
   return m.text();

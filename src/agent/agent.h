@@ -22,6 +22,7 @@
 #include "agent/http.h"
 #include "agent/labels.h"
 #include "agent/prom.h"
+#include "core/bpf.h"
 #include "gputime/gputime_collector.h"
 #include "ioctl/ioctl_collector.h"
 #include "kernels/kernels_collector.h"
@@ -54,6 +55,8 @@ struct AgentInput {
   std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (collector, reason) -> events
   const AnomalyRules* anomalies = nullptr;                       // null: rules off
   const Governor* governor = nullptr;                            // null: governor off
+  // The agent's BPF programs by name; null while kernel.bpf_stats_enabled is 0 (nothing counted).
+  const std::map<std::string, ProgramStats>* programs = nullptr;
 };
 
 class AgentView {

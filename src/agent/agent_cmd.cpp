@@ -395,6 +395,11 @@ int run_agent(const AgentOptions& o) {
       in.gputime_duty = static_cast<double>(o.gpu_on_ms) / o.gpu_period_ms;
     }
     in.lost[{"session", "notices_lost"}] = session.stats().notices_lost;
+    std::map<std::string, ProgramStats> programs;
+    if (bpf_stats_enabled()) {
+      programs = own_program_stats();
+      in.programs = &programs;
+    }
     {
       std::vector<AnomalyRules::ProcMem> pm;
       for (auto& p : m.processes) pm.push_back({p.pid, p.comm, p.counters.outstanding_bytes});

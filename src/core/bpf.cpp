@@ -1,10 +1,13 @@
 #include "core/bpf.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -135,5 +138,69 @@ int RingBuffer::poll(int timeout_ms) {
 }
 
 int RingBuffer::drain() { return ring_buffer__consume(rb_); }
+
+bool bpf_stats_enabled() {
+  FILE* f = fopen("/proc/sys/kernel/bpf_stats_enabled", "re");
+  if (!f) return false;
+  int v = 0;
+  bool on = fscanf(f, "%d", &v) == 1 && v == 1;
+  fclose(f);
+  return on;
+}
+
+// The kernel keeps 15 characters of a program's name; its BTF has the whole function name.
+static std::string full_name(int fd, const bpf_prog_info& info) {
+  std::string name = info.name;
+  if (name.size() < BPF_OBJ_NAME_LEN - 1 || !info.btf_id || !info.nr_func_info) return name;
+  bpf_func_info fi{};
+  bpf_prog_info more{};
+  more.nr_func_info = 1;
+  more.func_info_rec_size = sizeof fi;
+  more.func_info = reinterpret_cast<uintptr_t>(&fi);
+  __u32 len = sizeof more;
+  if (bpf_obj_get_info_by_fd(fd, &more, &len) != 0) return name;
+  btf* b = btf__load_from_kernel_by_id(info.btf_id);
+  if (!b) return name;
+  if (const btf_type* t = btf__type_by_id(b, fi.type_id))
+    if (const char* n = btf__name_by_offset(b, t->name_off); n && std::string_view(n).starts_with(name)) name = n;
+  btf__free(b);
+  return name;
+}
+
+static void add_program(int fd, const std::string& prefix, std::map<std::string, ProgramStats>& r) {
+  bpf_prog_info info{};
+  __u32 len = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || !std::string_view(info.name).starts_with(prefix)) return;
+  auto& s = r[full_name(fd, info)];
+  s.runs += info.run_cnt;
+  s.run_time_ns += info.run_time_ns;
+}
+
+std::map<std::string, ProgramStats> loaded_program_stats(const std::string& prefix) {
+  std::map<std::string, ProgramStats> r;
+  __u32 id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;
+    add_program(fd, prefix, r);
+    close(fd);
+  }
+  return r;
+}
+
+std::map<std::string, ProgramStats> own_program_stats() {
+  std::map<std::string, ProgramStats> r;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return r;
+  while (dirent* e = readdir(d)) {
+    char link[PATH_MAX];
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
+    if (n <= 0 || std::string_view(link, static_cast<size_t>(n)) != "anon_inode:bpf-prog") continue;
+    add_program(atoi(e->d_name), "", r);
+  }
+  closedir(d);
+  return r;
+}
 
 }  // namespace gpuscope

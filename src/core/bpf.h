@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,17 @@ void prepare_uprobe_multi(bpf_program* prog);
 // For a program that runs as a uprobe session: loaded with this, attached with `session`.
 void prepare_uprobe_session(bpf_program* prog);
 Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err);
+
+// BPF programs by their functions' names, with what the kernel counted for them: run counts and run time count only while kernel.bpf_stats_enabled is 1.
+struct ProgramStats {
+  uint64_t runs = 0;
+  uint64_t run_time_ns = 0;
+};
+bool bpf_stats_enabled();
+// Every loaded program whose name starts with prefix, summed by name.
+std::map<std::string, ProgramStats> loaded_program_stats(const std::string& prefix);
+// This process's own programs (those behind its file descriptors), summed by name.
+std::map<std::string, ProgramStats> own_program_stats();
 
 // -c COMM: the rodata of src/common/comm_filter.bpf.h.
 template <class Rodata>

@@ -148,10 +148,23 @@ class Agent {
  public:
   Agent(const Workload& w, std::vector<std::string> extra = {}) {
     std::string lib = standin_lib_dir();
-    std::vector<std::string> argv = {gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0",
-                                     "-c", w.comm(), "--lib", lib + "/libcuda.so.1", "--lib",
-                                     lib + "/libcudart.so.13", "--interval", "0.2", "--bridge-pin-dir",
-                                     w.dir() + "/no-bridge", "--max-cpu-percent", "0"};
+    std::vector<std::string> argv = {gpuscope_bin(),
+                                     "agent",
+                                     "--json",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "-c",
+                                     w.comm(),
+                                     "--lib",
+                                     lib + "/libcuda.so.1",
+                                     "--lib",
+                                     lib + "/libcudart.so.13",
+                                     "--interval",
+                                     "0.2",
+                                     "--bridge-pin-dir",
+                                     w.dir() + "/no-bridge",
+                                     "--max-cpu-percent",
+                                     "0"};
     // The governor off: these tests count on the refresh rate asked for (it has its own test in deploy_test).
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv);
@@ -434,8 +447,8 @@ TEST(Agent, GpuTimeSeries) {
   });
   ASSERT_NE(m, "") << a.metrics();
   // Cumulative counts at le = 4^i us, i = 0..12, then +Inf.
-  const std::vector<std::string> les = {"1e-06",    "4e-06",    "1.6e-05",  "6.4e-05",  "0.000256",
-                                        "0.001024", "0.004096", "0.016384", "0.065536", "0.262144",
+  const std::vector<std::string> les = {"1e-06",    "4e-06",    "1.6e-05",   "6.4e-05",  "0.000256",
+                                        "0.001024", "0.004096", "0.016384",  "0.065536", "0.262144",
                                         "1.048576", "4.194304", "16.777216", "+Inf"};
   const std::map<std::string, std::vector<double>> want = {
       // 1 us, 1.001 us, 4 us, 64 us, 3 s
@@ -509,7 +522,8 @@ TEST(Agent, GpuTimeSeries) {
   });
   ASSERT_NE(later, "") << a.metrics();
   EXPECT_EQ(value_of(later, "gpuscope_exported_processes", {{"state", "exited"}}), 0);
-  EXPECT_EQ(value_of(later, "gpuscope_events_lost_total", {{"collector", "gputime"}, {"reason", "ring_buffer_full"}}), 0);
+  EXPECT_EQ(value_of(later, "gpuscope_events_lost_total", {{"collector", "gputime"}, {"reason", "ring_buffer_full"}}),
+            0);
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
@@ -640,7 +654,8 @@ TEST(Agent, BoundedCardinality) {
   const int kProcs = 500, kBatch = 25;
   for (int i = 0; i < kProcs; i += kBatch) {
     std::vector<std::unique_ptr<Process>> batch;
-    for (int j = 0; j < kBatch; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
+    for (int j = 0; j < kBatch; j++)
+      batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
     for (auto& p : batch) ASSERT_EQ(p->wait(30), 0) << p->err();
     check(a.metrics());
   }
@@ -710,19 +725,19 @@ TEST(Agent, RealPrometheus) {
   sleep_s(0.5);
   live.signal(SIGUSR1);
   ASSERT_TRUE(live.wait_for("allocated"));
-  EXPECT_EQ(wait_value("gpuscope_memory_outstanding_bytes{pid=\"" + std::to_string(lp) + "\",category=\"device\"}",
-                       6777),
-            6777);
+  EXPECT_EQ(
+      wait_value("gpuscope_memory_outstanding_bytes{pid=\"" + std::to_string(lp) + "\",category=\"device\"}", 6777),
+      6777);
 
   Process drv({w.path(), "driver", "2"});
   pid_t dp = ready_pid(drv);
   ASSERT_EQ(drv.wait(20), 0);
   std::string sel = "{pid=\"" + std::to_string(dp) + "\",kernel=\"kern_a\"}";
   EXPECT_EQ(wait_value("max_over_time(gpuscope_kernel_launches_total" + sel + "[5m])", 5), 5);
-  EXPECT_EQ(wait_value("max_over_time(gpuscope_kernel_launches_total{pid=\"" + std::to_string(dp) +
-                           "\",kernel=\"kern_b\"}[5m])",
-                       3),
-            3);
+  EXPECT_EQ(
+      wait_value(
+          "max_over_time(gpuscope_kernel_launches_total{pid=\"" + std::to_string(dp) + "\",kernel=\"kern_b\"}[5m])", 3),
+      3);
   EXPECT_EQ(wait_value("gpuscope_comm_kernel_launches_total{comm=\"" + w.comm() + "\"}", 8), 8);
   // Gone from the scrape: Prometheus marks the series stale, and an instant query finds nothing.
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -843,7 +858,7 @@ TEST(Agent, KubernetesLabels) {
     if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) GTEST_SKIP() << "no writable cgroup hierarchy";
   }
   std::vector<std::string> cgs = {root + "/gstest-kubepods-" + tail, root + "/gstest-kubepods-" + tail + "/pod" + uid,
-                                   root + "/gstest-kubepods-" + tail + "/pod" + uid + "/" + id};
+                                  root + "/gstest-kubepods-" + tail + "/pod" + uid + "/" + id};
   for (auto& c : cgs) ASSERT_EQ(mkdir(c.c_str(), 0755), 0) << c << ": " << strerror(errno);
   std::string pods = w.dir() + "/log/pods", pod = pods + "/ml_trainer-0_" + uid;
   for (auto d : {w.dir() + "/log", pods, pod, pod + "/worker", pod + "/sidecar", w.dir() + "/log/containers"})
@@ -861,7 +876,8 @@ TEST(Agent, KubernetesLabels) {
              6777;
     });
     ASSERT_NE(m, "") << a.metrics();
-    auto s = where(samples(m, "gpuscope_memory_outstanding_bytes"), {{"pid", std::to_string(lp)}, {"category", "device"}});
+    auto s =
+        where(samples(m, "gpuscope_memory_outstanding_bytes"), {{"pid", std::to_string(lp)}, {"category", "device"}});
     ASSERT_EQ(s.size(), 1u);
     EXPECT_EQ(s[0].labels["namespace"], "ml");
     EXPECT_EQ(s[0].labels["pod"], "trainer-0");
@@ -870,7 +886,8 @@ TEST(Agent, KubernetesLabels) {
     EXPECT_EQ(live.wait(20), 0);
     EXPECT_EQ(a.stop(), 0);
   }
-  for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
+  for (auto it = cgs.rbegin(); it != cgs.rend(); ++it)
+    EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
 }
 
 namespace {
@@ -1002,8 +1019,8 @@ TEST(Agent, StarvationWithTheBridgeInside) {
   int pid = std::stoi(ready.at("pid")), burner = std::stoi(ready.at("burner"));
   f.write("device 0 util 0 mem_total 85899345920 mem_used 1048576\nprocess 0 " + std::to_string(pid) + " 1048576\n");
   Process g({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-p", std::to_string(pid), "--collectors",
-             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--starvation-min-idle-ms",
-             "200", "--interval", "0.2"},
+             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--starvation-min-idle-ms", "200",
+             "--interval", "0.2"},
             {f.env()});
   ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
   EXPECT_NE(g.err().find("the agent runs one"), std::string::npos) << g.err();
@@ -1054,8 +1071,7 @@ TEST(Agent, StarvationWithTheBridgeInside) {
   EXPECT_GE(known, 0.9 * total);
 
   // The GPU turns busy: no more starving time.
-  f.write("device 0 util 100 mem_total 85899345920 mem_used 1048576\nprocess 0 " + std::to_string(pid) +
-          " 1048576\n");
+  f.write("device 0 util 100 mem_total 85899345920 mem_used 1048576\nprocess 0 " + std::to_string(pid) + " 1048576\n");
   sleep_s(1);
   double busy0 = value_of(http_get(port, "/metrics").body, "gpuscope_starvation_cpu_seconds_total", me);
   sleep_s(1.5);
@@ -1118,10 +1134,64 @@ TEST(Agent, LatencyProbesOnlyWhatItReports) {
     ASSERT_NE(m, "") << a.metrics();
     double launches = value_of(m, "gpuscope_api_calls_total", {{"api", "cudaLaunchKernel"}, {"result", "cudaSuccess"}});
     EXPECT_EQ(value_of(m, "gpuscope_api_calls_total", {{"api", "cudaGetDevice"}, {"result", "cudaSuccess"}}),
-              3 * launches) << "6 queries a step over 2 launches";
+              3 * launches)
+        << "6 queries a step over 2 launches";
     EXPECT_EQ(value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cudaLaunchKernel"}, {"outcome", "unsampled"}}), 0);
     EXPECT_EQ(value_of(m, "gpuscope_api_launch_sample", {}), 1);
     EXPECT_TRUE(where(samples(m, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernel"}}).empty()) << m;
     EXPECT_EQ(a.stop(), 0);
   }
+}
+
+namespace {
+// kernel.bpf_stats_enabled, given back as it was.
+struct StatsKnob {
+  static constexpr char kPath[] = "/proc/sys/kernel/bpf_stats_enabled";
+  int before = std::stoi(read_all(kPath));
+  ~StatsKnob() { set(before); }
+  void set(int v) { std::ofstream(kPath) << v << "\n"; }
+  static std::string read_all(const char* p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+};
+}  // namespace
+
+// With kernel.bpf_stats_enabled set, the agent counts its own BPF programs' runs and time: what
+// each collector costs inside the traced process, by program. Here (no NVIDIA driver: launches
+// counted at both layers) a step of 2 runtime launches (each reaching cuLaunchKernel), 1
+// cuLaunchKernel and 1 cuLaunchKernelEx runs each program a known number of times.
+TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
+  Workload w;
+  Agent a(w, {"--collectors", "kernels,latency"});
+  StatsKnob knob;
+  if (knob.before == 0) {
+    EXPECT_TRUE(samples(a.metrics(), "gpuscope_bpf_program_runs_total").empty()) << "stats off: nothing counted";
+  }
+  knob.set(1);
+  {
+    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "0", "1000"});
+    ASSERT_EQ(p.wait(30), 0) << p.err();
+    std::smatch sm;
+    const std::string out = p.out();
+    ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
+    const double steps = std::stod(sm[1]);
+    std::string m = scrape_until(a, [&](const std::string& t) {
+      return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex"}}) >= steps;
+    });
+    ASSERT_NE(m, "") << a.metrics();
+    auto runs = [&](const std::string& prog) {
+      return value_of(m, "gpuscope_bpf_program_runs_total", {{"program", prog}});
+    };
+    EXPECT_EQ(runs("gs_k_cuda_launch"), 2 * steps);
+    EXPECT_EQ(runs("gs_k_launch_exit"), 2 * steps);
+    EXPECT_EQ(runs("gs_k_cu_launch"), 3 * steps);
+    EXPECT_EQ(runs("gs_k_cu_launch_ex"), steps) << "a name longer than the kernel keeps, whole from BTF";
+    // The latency session runs at entry of every driver launch and again at the return of
+    // those it times (1 in 16), and at cudaDeviceSynchronize (every 10 steps) and its return.
+    EXPECT_GE(runs("gs_lat_session"), 4 * steps);
+    EXPECT_LT(runs("gs_lat_session"), 4 * steps * 1.25);
+    EXPECT_GT(value_of(m, "gpuscope_bpf_program_run_seconds_total", {{"program", "gs_k_cuda_launch"}}), 0);
+  }
+  EXPECT_EQ(a.stop(), 0);
 }
