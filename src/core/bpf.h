@@ -76,7 +76,8 @@ void prepare_uprobe_multi(bpf_program* prog);
 void prepare_uprobe_session(bpf_program* prog);
 Link attach_uprobe_multi(bpf_program* prog, const UprobeMultiTarget& t, std::string* err);
 
-// BPF programs by their functions' names, with what the kernel counted for them: run counts and run time count only while kernel.bpf_stats_enabled is 1.
+// BPF programs by their functions' names, with what the kernel counted for them: run counts
+// and run time count only while kernel.bpf_stats_enabled is 1.
 struct ProgramStats {
   uint64_t runs = 0;
   uint64_t run_time_ns = 0;

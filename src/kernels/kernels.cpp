@@ -297,8 +297,10 @@ void KernelsCollector::scan_handle_vars(pid_t pid) {
   for_each_handle_var(pid, maps, [&](uint64_t at, const std::string& sym, const std::string& path) {
     uint64_t h = 0;
     // Demangled only when new: a PyTorch process has tens of thousands of these.
-    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h}))
+    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h})) {
       names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)});
+      learned_++;
+    }
   });
   close(mem);
 }
@@ -355,6 +357,7 @@ void KernelsCollector::on_event(const gs_k_event& e) {
     if (!defer_exits_) finish_exits();
     return;
   }
+  learned_++;
   switch (e.namer) {
     case GS_NAMER_MODULE_GET_FUNCTION:
     case GS_NAMER_LIBRARY_GET_KERNEL: {
@@ -531,36 +534,53 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
   // Only handles whose exact mangled name is known: a demangled name may be shown in part.
   // And only handles that were launched: the driver fills a kernel's object in when it is
   // first used (lazy loading), so an object behind an unused handle variable may hold nothing.
-  std::vector<std::pair<uint64_t, const std::string*>> known;
-  for (auto it = launched_.lower_bound({static_cast<uint32_t>(pid), 0});
-       it != launched_.end() && it->first == static_cast<uint32_t>(pid) && known.size() < kLayoutChecks; ++it)
-    if (auto n = names_.find(*it);
-        n != names_.end() && !n->second.from_driver_object && spelled_alike(n->second.mangled))
-      known.emplace_back(it->second, &n->second.mangled);
+  using Known = std::vector<std::pair<uint64_t, const std::string*>>;
+  auto named = [&](auto first, auto last, auto handle_of) {
+    Known k;
+    for (auto it = first; it != last && k.size() < kLayoutChecks; ++it)
+      if (auto n = names_.find({static_cast<uint32_t>(pid), handle_of(*it)});
+          n != names_.end() && !n->second.from_driver_object && spelled_alike(n->second.mangled))
+        k.emplace_back(n->first.second, &n->second.mangled);
+    return k;
+  };
+  auto first_offset = [&](const Known& k) {
+    int mem = open_mem(pid);
+    if (mem < 0) return -2;  // gone, or not readable now: nothing learned either way
+    int found = -1;
+    for (int off = 0; off <= kMaxLayoutOffset && found < 0; off += 8)
+      if (std::all_of(k.begin(), k.end(), [&](auto& hn) { return object_name(mem, hn.first, off) == *hn.second; }))
+        found = off;
+    close(mem);
+    return found;
+  };
+  const uint32_t p = static_cast<uint32_t>(pid);
+  Known known = named(launched_.lower_bound({p, 0}), launched_.upper_bound({p, UINT64_MAX}),
+                      [](const PH& ph) { return ph.second; });
   if (known.empty()) {
-    if (!l.said_waiting)
-      notes_.push_back(
-          fmt::format("kernels: no named kernel handle yet in process {} to learn {}'s object layout "
-                      "from: handles named before gpuscope started stay unknown until one is",
-                      pid, basename_of(l.lib)));
-    l.said_waiting = true;
-    return;
-  }
-  int mem = open_mem(pid);
-  if (mem < 0) return;
-  for (int off = 0; off <= kMaxLayoutOffset && l.offset < 0; off += 8) {
-    bool all = true;
-    for (auto& [h, name] : known) {
-      auto n = object_name(mem, h, off);
-      if (!n || *n != *name) {
-        all = false;
-        break;
-      }
+    // Before any named handle's launch (trace's first event may be a cuBLASLt launch): the
+    // handles named so far, most of them launched before gpuscope started, are tried; when they
+    // do not all agree the layout is not given up, only left to the first named launch.
+    Known tentative = named(names_.lower_bound({p, 0}), names_.upper_bound({p, UINT64_MAX}),
+                            [](const auto& kv) { return kv.first.second; });
+    if (int off = tentative.empty() ? -1 : first_offset(tentative); off >= 0) {
+      l.offset = off;
+      known = std::move(tentative);
+    } else {
+      if (!l.said_waiting)
+        notes_.push_back(
+            fmt::format("kernels: no named kernel handle yet in process {} to learn {}'s object layout "
+                        "from: handles named before gpuscope started stay unknown until one is",
+                        pid, basename_of(l.lib)));
+      l.said_waiting = true;
+      return;
     }
-    if (all) l.offset = off;
+  } else if (int off = first_offset(known); off == -2) {
+    return;
+  } else {
+    l.offset = off;
   }
-  close(mem);
   if (l.offset >= 0) {
+    learned_++;
     notes_.push_back(
         fmt::format("kernels: {} keeps a kernel's name at +{} of its function objects (checked "
                     "against {} named handles): handles named before gpuscope started are read there",
@@ -640,13 +660,15 @@ std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_f
   Key k{pid, host_function ? GS_K_HOST : GS_K_DRIVER, handle};
   if (auto it = resolved_.find(k); it != resolved_.end()) return it->second.kernel;
   auto now = std::chrono::steady_clock::now();
-  if (auto it = unknown_until_.find(k); it != unknown_until_.end() && now < it->second) return "";
-  rb_->drain();  // a naming call just before this launch
-  if (!host_function) launched_.insert({pid, handle});
+  if (auto it = unknown_until_.find(k);
+      it != unknown_until_.end() && now < it->second.until && it->second.learned == learned_)
+    return "";
+  rb_->drain();                                                              // a naming call just before this launch
+  if (!host_function && launched_.insert({pid, handle}).second) learned_++;  // one the layout may be learned from
   if (comms_[pid].empty()) comms_[pid] = proc_comm(static_cast<pid_t>(pid));
   Name nm = resolve(k, 0);
   if (nm.kernel.starts_with("[unknown") || nm.kernel.starts_with("[host fn 0x")) {
-    unknown_until_[k] = now + std::chrono::seconds(1);
+    unknown_until_[k] = {now + std::chrono::seconds(1), learned_};
     return "";
   }
   unknown_until_.erase(k);

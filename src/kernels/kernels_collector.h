@@ -163,7 +163,14 @@ class KernelsCollector {
   std::set<PH> object_read_;                              // handles read through the layout once
   std::set<PH> launched_;                                 // handles seen at a launch
   std::vector<std::string> notes_;
-  std::map<Key, std::chrono::steady_clock::time_point> unknown_until_;                // name_of's misses
+  // name_of's misses: not asked again for a second, unless something was learned since (the
+  // first launch trace formats may come before any that teaches the driver's layout).
+  struct Miss {
+    std::chrono::steady_clock::time_point until;
+    uint64_t learned;
+  };
+  std::map<Key, Miss> unknown_until_;
+  uint64_t learned_ = 0;  // names, handle links and layouts learned so far
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
   std::chrono::steady_clock::time_point next_sweep_{};
   std::set<pid_t> seen_dead_;  // naming only: gone at the last sweep

@@ -8,6 +8,10 @@
 #    it was before (every call row, entry and return probes); the agent with its default
 #    collectors. The workload runs on CPU 2 and gpuscope on CPUs 4-15 (where the host has 16).
 #    Goals (issue 23): latency alone <= 1.05x, the default agent <= 1.07x.
+#    GS84_STATS=1 (default): with kernel.bpf_stats_enabled set for the run, each agent round also
+#    records the agent's BPF programs' runs and time per step (gpuscope_bpf_program_*), the
+#    agent's CPU time, and the workload's CPU time and context switches per step (every arm):
+#    stats.txt. Where the time goes, not only how much.
 # 2. Memory beside a PyTorch process: VmRSS after GS84_HOLD_S (default 20) seconds and VmHWM
 #    (peak) of `agent`, `trace` and `kernels`, each with -p on the same running loop.
 #    Goals: <= 50 MB steady, <= 80 MB peak.
@@ -60,6 +64,27 @@ start_agent() {
   wait_for "$prefix.jsonl" '"type":"agent"' 60 "$AGENT_PID" || fail "agent did not start: $(tail -c 400 "$prefix.err")"
 }
 
+STATS=${GS84_STATS:-1}
+KNOB=/proc/sys/kernel/bpf_stats_enabled
+if [[ $STATS == 1 ]]; then
+  KNOB_BEFORE=$(cat "$KNOB")
+  trap 'echo "$KNOB_BEFORE" >"$KNOB"; _cleanup' EXIT
+  echo 1 >"$KNOB"
+fi
+# proc_counters PID: utime+stime (clock ticks), voluntary and involuntary context switches of
+# every thread of PID.
+proc_counters() {
+  local cpu vol=0 invol=0 t
+  cpu=$(awk '{print $14 + $15}' "/proc/$1/stat")
+  for t in /proc/"$1"/task/*/status; do
+    vol=$((vol + $(awk '/^voluntary_ctxt_switches/ {print $2}' "$t" 2>/dev/null || echo 0)))
+    invol=$((invol + $(awk '/^nonvoluntary_ctxt_switches/ {print $2}' "$t" 2>/dev/null || echo 0)))
+  done
+  echo "$cpu $vol $invol"
+}
+scrape() { curl -sf "http://127.0.0.1:$1/metrics" | grep -E '^(gpuscope_bpf_program_|process_cpu_seconds_total)' || true; }
+agent_port() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$1"; }
+
 "${PIN_WL[@]}" python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
 SW=$!
 track "$SW"
@@ -88,13 +113,21 @@ for ((r = 0; r < ROUNDS; r++)); do
   # naming what is already loaded) are not always-on cost. Every arm waits alike.
   sleep "${GS84_SETTLE_S:-3}"
   echo "$r $mode" >>"$D/modes.txt"
+  is_agent=0
+  [[ $mode == agent* || ($mode != off && $mode != floor) ]] && is_agent=1
+  if [[ $STATS == 1 && $is_agent == 1 ]]; then scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m0_r$r.prom"; fi
+  c0=$(proc_counters "$SW")
   touch "$D/go$r"
   wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
-  if [[ $mode == agent ]]; then
+  echo "$r $mode $c0 $(proc_counters "$SW")" >>"$D/counters.txt"
+  if [[ $STATS == 1 && $is_agent == 1 ]]; then
     sleep 1.2 # a refresh after the round
-    port=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$D/agent_r$r.jsonl")
-    curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^gpuscope_api_(probe_hits_total|launch_sample)|^gpuscope_collector_up' \
-      >"$OUT/agent_probe_hits.prom" || true
+    scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m1_r$r.prom"
+  fi
+  if [[ $mode == agent ]]; then
+    [[ $STATS == 1 ]] || sleep 1.2
+    curl -sf "http://127.0.0.1:$(agent_port "$D/agent_r$r.jsonl")/metrics" |
+      grep -E '^gpuscope_api_(probe_hits_total|launch_sample)|^gpuscope_collector_up' >"$OUT/agent_probe_hits.prom" || true
   fi
   [[ $mode == off ]] || stop "$AGENT_PID" 30
 done
@@ -123,6 +156,43 @@ print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
 sys.exit(0 if ok else 1)
 PY
 cat "$OUT/steps.txt" >&2
+python3 -B - "$D" "$STATS" >"$OUT/stats.txt" <<'PY' || true
+import collections, os, re, sys
+d, stats = sys.argv[1], sys.argv[2] == "1"
+tick = os.sysconf("SC_CLK_TCK")
+steps = 400
+per = collections.defaultdict(lambda: collections.defaultdict(list))
+for line in open(f"{d}/counters.txt"):
+    r, mode, *c = line.split()
+    c = list(map(int, c))
+    per[mode]["cpu_ms_per_step"].append((c[3] - c[0]) * 1000.0 / tick / steps)
+    per[mode]["vol_cs_per_step"].append((c[4] - c[1]) / steps)
+    per[mode]["invol_cs_per_step"].append((c[5] - c[2]) / steps)
+    if not stats or not os.path.exists(f"{d}/m1_r{r}.prom"):
+        continue
+    def rd(f):
+        v = {}
+        for l in open(f):
+            m = re.match(r'(\w+)(?:\{program="([^"]*)"\})? (\S+)', l)
+            if m:
+                v[(m.group(1), m.group(2))] = float(m.group(3))
+        return v
+    a, b = rd(f"{d}/m0_r{r}.prom"), rd(f"{d}/m1_r{r}.prom")
+    for k, x in b.items():
+        dx = x - a.get(k, 0.0)
+        if k[0] == "process_cpu_seconds_total":
+            per[mode]["agent_cpu_ms_per_round"].append(dx * 1000)
+        elif k[0] == "gpuscope_bpf_program_runs_total" and dx:
+            per[mode]["runs/step " + k[1]].append(dx / steps)
+        elif k[0] == "gpuscope_bpf_program_run_seconds_total" and dx:
+            per[mode]["us/step " + k[1]].append(dx * 1e6 / steps)
+med = lambda v: sorted(v)[len(v) // 2]
+for mode, kv in per.items():
+    print(f"{mode}:")
+    for k in sorted(kv, key=lambda k: (not k.startswith(("cpu", "vol", "invol", "agent")), k)):
+        print(f"  {k:42s} median {med(kv[k]):9.3f}  ({len(kv[k])} rounds)")
+PY
+cat "$OUT/stats.txt" >&2
 
 # 2. Memory beside a running loop: the three at once, each -p on it (GS84_MEMORY=0: not).
 if [[ ${GS84_MEMORY:-1} == 0 ]]; then
