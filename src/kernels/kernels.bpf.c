@@ -51,6 +51,14 @@ struct {
 	__type(value, __u64);
 } aliases SEC(".maps");
 
+/* Naming calls announced, with the handle each returned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gs_k_named_key);
+	__type(value, __u64);
+} announced SEC(".maps");
+
 /* Processes with rows: only their exits are reported. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -247,21 +255,27 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	s->active = 0;
 	if (PT_REGS_RC(ctx) != 0)
 		return 0;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u64 handle = 0;
+	bpf_probe_read_user(&handle, sizeof(handle), (void *)s->outp);
+	struct gs_k_named_key nk = {.pid = pid, .namer = namer, .src = s->src, .name_ptr = s->name_ptr};
+	__u64 *was = bpf_map_lookup_elem(&announced, &nk);
+	if (was && *was == handle)
+		return 0;
 	struct gs_k_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(GS_K_DROP_EVENTS);
 		return 0;
 	}
+	bpf_map_update_elem(&announced, &nk, &handle, BPF_ANY);
 	e->type = GS_K_EV_NAME;
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	e->pid = pid;
 	/* Its names are forgotten when it exits. */
 	__u8 one = 1;
 	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
 	e->namer = namer;
 	e->pad = 0;
-	e->handle = 0;
-	bpf_probe_read_user(&e->handle, sizeof(e->handle), (void *)s->outp);
+	e->handle = handle;
 	e->src = s->src;
 	e->caller = s->caller;
 	e->name_ptr = s->name_ptr;

@@ -358,6 +358,7 @@ void KernelsCollector::on_event(const gs_k_event& e) {
     return;
   }
   learned_++;
+  naming_events_++;
   switch (e.namer) {
     case GS_NAMER_MODULE_GET_FUNCTION:
     case GS_NAMER_LIBRARY_GET_KERNEL: {
@@ -493,6 +494,12 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
     if (pids.count(k.pid)) dead.push_back(k);
   });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
+  int nfd = bpf_map__fd(skel_->maps.announced);
+  std::vector<gs_k_named_key> said;
+  for_each_entry<gs_k_named_key, uint64_t>(nfd, [&](const gs_k_named_key& k, uint64_t) {
+    if (pids.count(k.pid)) said.push_back(k);
+  });
+  for (auto& k : said) bpf_map_delete_elem(nfd, &k);
   auto gone = [&](uint32_t pid) { return pids.count(pid) > 0; };
   std::erase_if(names_, [&](auto& kv) { return gone(kv.first.first); });
   std::erase_if(resolved_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });
@@ -678,7 +685,7 @@ std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_f
 KernelsCollector::Stats KernelsCollector::stats() const {
   int fd = bpf_map__fd(skel_->maps.drops);
   return {percpu_sum(fd, GS_K_DROP_ROWS_FULL), percpu_sum(fd, GS_K_DROP_CAPTURED),
-          percpu_sum(fd, GS_K_DROP_EVENTS) + percpu_sum(fd, GS_K_DROP_NO_STATE)};
+          percpu_sum(fd, GS_K_DROP_EVENTS) + percpu_sum(fd, GS_K_DROP_NO_STATE), naming_events_};
 }
 
 }  // namespace gpuscope

@@ -53,7 +53,8 @@ class KernelsView {
     if (!rows.empty()) print(rows, secs, true);
     for (auto& r : rows) prev_.erase({r.pid, r.layer, r.handle}), gone_.insert(r.pid);
   }
-  void stats(const KernelsCollector::Stats& s) {
+  void stats(const KernelsCollector::Stats& s, bool verbose) {
+    if (verbose) fprintf(stderr, "gpuscope: %llu naming calls read\n", (unsigned long long)s.naming_events);
     if (s.rows_full || s.captured || s.lost)
       fprintf(stderr,
               "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
@@ -251,7 +252,7 @@ int run_kernels(const KernelsOptions& o) {
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
-  view.stats(kernels.stats());
+  view.stats(kernels.stats(), o.common.verbose);
   if (gpu) report_gpu_losses(gpu->stats());
   return 0;
 }

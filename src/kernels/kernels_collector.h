@@ -55,9 +55,10 @@ class KernelsCollector {
     uint32_t max_rows = 0;  // (pid, kernel) counters; 0: GS_K_MAX_ROWS
   };
   struct Stats {
-    uint64_t rows_full = 0;  // launches not counted: row map full
-    uint64_t captured = 0;   // launches recorded in stream capture (counted when the graph runs)
-    uint64_t lost = 0;       // naming and exit events lost (ring buffer full or no per-thread state)
+    uint64_t rows_full = 0;      // launches not counted: row map full
+    uint64_t captured = 0;       // launches recorded in stream capture (counted when the graph runs)
+    uint64_t lost = 0;           // naming and exit events lost (ring buffer full or no per-thread state)
+    uint64_t naming_events = 0;  // naming calls read (a repeat with the same result is not sent)
   };
   // A process has exited: its final rows (possibly none). Its state is deleted after.
   using ExitSink = std::function<void(uint32_t pid, const std::vector<KernelRow>& rows)>;
@@ -170,7 +171,8 @@ class KernelsCollector {
     uint64_t learned;
   };
   std::map<Key, Miss> unknown_until_;
-  uint64_t learned_ = 0;  // names, handle links and layouts learned so far
+  uint64_t learned_ = 0;
+  uint64_t naming_events_ = 0;  // names, handle links and layouts learned so far
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
   std::chrono::steady_clock::time_point next_sweep_{};
   std::set<pid_t> seen_dead_;  // naming only: gone at the last sweep

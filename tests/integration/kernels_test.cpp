@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "harness.h"
@@ -190,6 +191,21 @@ TEST(Kernels, CaptureAndGraphs) {
   for (auto& [k, v] : final_rows(parse_lines(g.out()), pid)) (k.starts_with("[graph") ? graph : other) += v.first;
   EXPECT_EQ(graph, 2u) << g.out();
   EXPECT_EQ(other, 1u) << g.out();
+}
+
+// A naming call repeated with the same inputs and result (PyTorch repeats some every step) is
+// read once: the probe still runs, but sends nothing new. Names stay right.
+TEST(Kernels, RepeatedNamingCallsAreReadOnce) {
+  pid_t pid;
+  std::string err;
+  auto lines =
+      run_app("standin", false, &pid, {"-v"}, {"KERNELS_APP_DRIVER_MODULE=1", "KERNELS_APP_NAMING_REPEAT=500"}, &err);
+  expect_named(lines, pid, 1);
+  EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("(\\d+) naming calls read"))) << err;
+  EXPECT_GE(std::stoul(m[1]), 1u) << err;
+  EXPECT_LE(std::stoul(m[1]), 10u) << "500 repeats of one call, read each time: " << err;
 }
 
 // Attached to a process in a tight launch loop: a call entered between the attachment of the
