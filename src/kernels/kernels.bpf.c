@@ -51,10 +51,10 @@ struct {
 	__type(value, __u64);
 } aliases SEC(".maps");
 
-/* Naming calls announced, with the handle each returned. */
+/* Naming calls announced, with the handle each returned; one evicted is only announced again. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, struct gs_k_named_key);
 	__type(value, __u64);
 } announced SEC(".maps");
