@@ -3,7 +3,9 @@
 # `gpuscope agent` with no bridge running, on the real driver and NVML:
 # 1. it runs the bridge itself: device series with the GPU's UUID and model name;
 # 2. its ioctl series for a PyTorch process (named gs98torch) equal, request by request, what
-#    `gpuscope ioctl` counted for it over the same life, after it has exited;
+#    `gpuscope ioctl` counted for it over the same life, after it has exited; its per-process
+#    series follow the agent's one rule for exited processes (docs/agent.md, Bounded
+#    cardinality): the first scrape after the exit has their final values, the next has none;
 # 3. a thread burning CPU while the process's GPU sits idle shows in
 #    gpuscope_starvation_cpu_seconds_total and in /api/starvation/folded.
 # Needs in tests/gpu/bin: nothing but the gpuscope binary (python3, torch and curl on the host).
@@ -65,6 +67,8 @@ wait_exit "$WL" 30
 [[ $WAIT_RC == 0 ]] || fail "workload exited with $WAIT_RC: $(tail -c 400 "$OUT/workload.out")"
 sleep 1.5
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after.prom" || fail "no scrape after the workload"
+sleep 2.5 # a refresh after that scrape
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after2.prom" || fail "no second scrape after the workload"
 curl -sf "http://127.0.0.1:$PORT/api/health" >"$OUT/health.json" || true
 kill -TERM "$IO"
 wait_exit "$IO" 30
@@ -96,8 +100,12 @@ if not sub:
 if dict(sub) != agent:
     diff = {k: (sub.get(k, 0), agent.get(k, 0)) for k in set(sub) | set(agent) if sub.get(k, 0) != agent.get(k, 0)}
     bad.append(f"ioctl per request, subcommand vs agent, differ: {diff}")
-if [s for s in series(f"{out}/after.prom", "gpuscope_process_ioctl_calls_total") if s[0]["pid"] == str(pid)]:
-    bad.append("the exited process's ioctl series is still there")
+final = [v for l, v in series(f"{out}/after.prom", "gpuscope_process_ioctl_calls_total") if l["pid"] == str(pid)]
+if final != [sum(sub.values())]:
+    bad.append(f"the first scrape after the exit has the process's final ioctl count {final}, "
+               f"not what gpuscope ioctl counted ({sum(sub.values())})")
+if [s for s in series(f"{out}/after2.prom", "gpuscope_process_ioctl_calls_total") if s[0]["pid"] == str(pid)]:
+    bad.append("the exited process's ioctl series is still there in the second scrape after its exit")
 st = [v for l, v in series(f"{out}/during.prom", "gpuscope_starvation_cpu_seconds_total") if l["pid"] == str(pid)]
 folded = [l for l in open(f"{out}/folded.txt") if l.strip()] if st else []
 if not st or max(st) < 2:
