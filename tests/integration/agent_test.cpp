@@ -1195,3 +1195,36 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
   }
   EXPECT_EQ(a.stop(), 0);
 }
+
+// One rule for every per-process series of a process that has exited (kernels, memory, ioctl
+// here; GPU time and starvation keep it too): the first scrape after its final values were
+// published has them, the next has none, and its counts live on in the comm_* totals.
+TEST(Agent, ExitedProcessSeriesAreScrapedOnceThenGo) {
+  Workload w;
+  std::string node = w.dir() + "/nvidia7";
+  ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 7)), 0) << strerror(errno);
+  Agent a(w, {"--collectors", "kernels,memleak,ioctl"});
+  // 5 launches of kern_a and 3 of kern_b through the driver; 2 blocks allocated and freed.
+  Process drv({w.path(), "driver", "2"});
+  pid_t dp = ready_pid(drv);
+  ASSERT_EQ(drv.wait(20), 0) << drv.err();
+  IoctlChild io(node, w.comm(), 5, false);
+  io.finish();
+  sleep_s(1.5);  // several refreshes (every 0.2 s) and no scrape: the final values wait for one
+  const std::string d = std::to_string(dp), i = std::to_string(io.pid);
+  std::string first = a.metrics();
+  EXPECT_EQ(value_of(first, "gpuscope_kernel_launches_total", {{"pid", d}, {"kernel", "kern_a"}}), 5) << first;
+  EXPECT_EQ(value_of(first, "gpuscope_kernel_launches_total", {{"pid", d}, {"kernel", "kern_b"}}), 3);
+  EXPECT_EQ(value_of(first, "gpuscope_memory_allocations_total", {{"pid", d}, {"result", "ok"}}), 2);
+  EXPECT_EQ(value_of(first, "gpuscope_process_ioctl_calls_total", {{"pid", i}}), 5);
+  EXPECT_EQ(value_of(first, "gpuscope_exported_processes", {{"state", "exited"}}), 2);
+  sleep_s(0.6);
+  std::string second = a.metrics();
+  for (const char* name : {"gpuscope_kernel_launches_total", "gpuscope_memory_allocations_total",
+                           "gpuscope_memory_outstanding_bytes", "gpuscope_process_ioctl_calls_total"})
+    for (const std::string& pid : {d, i}) EXPECT_TRUE(where(samples(second, name), {{"pid", pid}}).empty()) << name;
+  EXPECT_EQ(value_of(second, "gpuscope_exported_processes", {{"state", "exited"}}), 0);
+  EXPECT_EQ(value_of(second, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}}), 8);
+  EXPECT_EQ(value_of(second, "gpuscope_ioctl_calls_total", {{"request", "NV_ESC_RM_CONTROL"}}), 5);
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
+}
