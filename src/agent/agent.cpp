@@ -238,6 +238,18 @@ void AgentView::take_gputime(const std::vector<GpuTimeProcess>& procs) {
   }
 }
 
+// The processes the bridge lists on the GPUs now; one it lists is running.
+void AgentView::take_process_gpus(const std::vector<ProcessGpuSample>& samples) {
+  for (auto& [_, p] : live_) p.on_gpus.clear();
+  for (auto& s : samples) {
+    Proc* p = live_.count(s.pid) ? &live_[s.pid] : gone(s.pid);
+    if (!p) p = &proc(s.pid, s.comm);
+    if (p->exited) continue;
+    p->on_gpus[s.gpu] = s.m;
+    p->seen = true;
+  }
+}
+
 // As choose_named, ranked by GPU time: the kernels that take the GPU longest get their own series.
 void AgentView::choose_gpu_named(Proc& p) {
   std::erase_if(p.gpu_named, [&](const std::string& k) { return !p.gpu_kernels.count(k); });
@@ -288,6 +300,7 @@ void AgentView::refresh(const AgentInput& in) {
     }
   if (in.ioctl) take_ioctl(in);
   if (in.gputime) take_gputime(*in.gputime);
+  if (in.process_gpus) take_process_gpus(*in.process_gpus);
   // Gone from every collector without an exit record (lost, or no exit hook).
   std::vector<uint32_t> vanished;
   for (auto& [pid, p] : live_)
@@ -612,6 +625,22 @@ std::string AgentView::render_metrics(const AgentInput& in, size_t* series) {
     });
   }
   if (in.devices) add_device_metrics(m, *in.devices, in.hostname, in.bridge_age_s);
+  if (in.process_gpus) {
+    m.family("gpuscope_process_gpu_utilization_ratio", T::gauge,
+             "SM utilization by the process on the GPU, 0-1 (NVML's per-process samples, the highest of the bridge's "
+             "last tick)");
+    m.family("gpuscope_process_gpu_memory_utilization_ratio", T::gauge,
+             "Memory controller utilization by the process on the GPU, 0-1");
+    m.family("gpuscope_process_gpu_memory_used_bytes", T::gauge, "Device memory the process holds on the GPU (NVML)");
+    each([&](const Proc& p) {
+      for (auto& [gpu, g] : p.on_gpus) {
+        const PromLabels d{{"gpu", std::to_string(gpu)}};
+        m.add("gpuscope_process_gpu_utilization_ratio", plabels(p), d, g.sm_util_pct / 100.0);
+        m.add("gpuscope_process_gpu_memory_utilization_ratio", plabels(p), d, g.mem_util_pct / 100.0);
+        m.add("gpuscope_process_gpu_memory_used_bytes", plabels(p), d, static_cast<double>(g.used_gpu_memory_bytes));
+      }
+    });
+  }
   m.family("gpuscope_events_lost_total", T::counter,
            "Events or calls a collector could not record, by collector and reason");
   for (auto& [k, n] : in.lost)
@@ -658,6 +687,15 @@ std::string AgentView::render_processes() {
     }
     if (p.has_ioctl) j.num("ioctl_calls", p.ioctl_calls).num("ioctl_errors", p.ioctl_errors);
     if (auto s = starving.find(p.pid); s != starving.end()) j.num("starving_cpu_ns", s->second);
+    if (!p.on_gpus.empty()) {
+      j.begin_array("gpus");
+      for (auto& [gpu, g] : p.on_gpus) {
+        j.begin_object().num("gpu", gpu).real("sm_utilization_ratio", g.sm_util_pct / 100.0, 2);
+        j.real("memory_utilization_ratio", g.mem_util_pct / 100.0, 2).num("memory_used_bytes", g.used_gpu_memory_bytes);
+        j.end_object();
+      }
+      j.end_array();
+    }
     if (p.has_gpu) {
       j.begin_array("gpu_busy");
       for (auto& [dev, ns] : p.gpu_busy_ns) j.begin_object().num("device", dev).num("busy_ns", ns).end_object();

@@ -40,15 +40,16 @@ struct CollectorStatus {
 
 // What one refresh hands the view.
 struct AgentInput {
-  const std::vector<KernelRow>* kernels = nullptr;       // null: collector off
-  const MemleakSnapshot* memleak = nullptr;              // null: collector off
-  const LatencySnapshot* latency = nullptr;              // null: collector off
-  const std::vector<DeviceSample>* devices = nullptr;    // null: bridge off or not readable
-  const IoctlSnapshot* ioctl = nullptr;                  // null: collector off
-  unsigned uvm_major = 0;                                // nvidia-uvm's major, for ioctl names
-  const StarvationReport* starvation = nullptr;          // null: collector off
-  const std::vector<GpuTimeProcess>* gputime = nullptr;  // null: collector off
-  double gputime_duty = 1;                               // share of the time GPU activity is recorded
+  const std::vector<KernelRow>* kernels = nullptr;              // null: collector off
+  const MemleakSnapshot* memleak = nullptr;                     // null: collector off
+  const LatencySnapshot* latency = nullptr;                     // null: collector off
+  const std::vector<DeviceSample>* devices = nullptr;           // null: bridge off or not readable
+  const std::vector<ProcessGpuSample>* process_gpus = nullptr;  // with devices: the processes on them
+  const IoctlSnapshot* ioctl = nullptr;                         // null: collector off
+  unsigned uvm_major = 0;                                       // nvidia-uvm's major, for ioctl names
+  const StarvationReport* starvation = nullptr;                 // null: collector off
+  const std::vector<GpuTimeProcess>* gputime = nullptr;         // null: collector off
+  double gputime_duty = 1;                                      // share of the time GPU activity is recorded
   std::string hostname;
   double bridge_age_s = 0;
   std::vector<CollectorStatus> collectors;                       // every collector asked for
@@ -100,6 +101,7 @@ class AgentView {
     std::map<std::string, KernelGpuTime> gpu_kernels;  // by kernel name
     std::map<uint32_t, uint64_t> gpu_busy_ns;          // by device
     std::set<std::string> gpu_named;                   // GPU-time kernels with their own series (sticky)
+    std::map<unsigned, gpu_pid_device> on_gpus;        // by device, as the bridge lists it now
     bool exited = false;
     std::chrono::steady_clock::time_point exited_at{};
     uint64_t published_seq = 0;  // the first publication that held its final values
@@ -145,6 +147,7 @@ class AgentView {
   void take_ioctl(const AgentInput& in);
   void take_starvation(const StarvationReport& r, uint64_t seq, uint64_t scraped);
   void take_gputime(const std::vector<GpuTimeProcess>& procs);
+  void take_process_gpus(const std::vector<ProcessGpuSample>& samples);
   static CommKey comm_key(const Proc& p) { return {p.comm, p.labels.container, p.labels.pod, p.labels.ns}; }
   void choose_named(Proc& p);
   void choose_gpu_named(Proc& p);

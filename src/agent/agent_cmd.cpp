@@ -445,12 +445,20 @@ int run_agent(const AgentOptions& o) {
                                          cupti_lib_beside_self() + ") and no process in scope has loaded one"});
     }
     std::vector<DeviceSample> devs;
+    std::vector<ProcessGpuSample> on_gpus;
     if (bridge) {
       // Read from a running bridge's pins each refresh: it may start or stop while the agent runs.
       CollectorStatus b{"bridge", true, ""};
       try {
         devs = bridge->read(&in.bridge_age_s);
         in.devices = &devs;
+        on_gpus = bridge->read_processes();
+        std::erase_if(on_gpus, [&](const ProcessGpuSample& p) {
+          return (!o.scope.pids.empty() && std::find(o.scope.pids.begin(), o.scope.pids.end(),
+                                                     static_cast<pid_t>(p.pid)) == o.scope.pids.end()) ||
+                 (!o.scope.comm.empty() && p.comm != o.scope.comm);
+        });
+        in.process_gpus = &on_gpus;
         in.hostname = bridge->hostname();
       } catch (const std::exception& e) {
         b = {"bridge", false, e.what()};

@@ -10,6 +10,8 @@
 #include <stdexcept>
 
 #include "core/fd.h"
+#include "core/map_walk.h"
+#include "core/system.h"
 
 namespace gpuscope {
 
@@ -81,6 +83,19 @@ std::vector<DeviceSample> BridgeReader::read(double* age_s) {
     if (i < names_.size()) std::tie(s.uuid, s.model) = names_[i];
     out.push_back(std::move(s));
   }
+  return out;
+}
+
+std::vector<ProcessGpuSample> BridgeReader::read_processes() const {
+  std::vector<ProcessGpuSample> out;
+  Fd fd(bpf_obj_get((dir_ + "/" + GPU_PIN_PER_PID_PER_DEVICE).c_str()));
+  if (fd.get() < 0) return out;
+  for_each_entry<uint64_t, gpu_pid_device>(fd.get(), [&](uint64_t key, const gpu_pid_device& v) {
+    const auto pid = static_cast<uint32_t>(key >> 32);
+    // The bridge drops a process that left at its next tick: until then it is not listed here.
+    std::string comm = proc_comm(static_cast<pid_t>(pid));
+    if (!comm.empty()) out.push_back({pid, std::move(comm), static_cast<unsigned>(key & 0xffffffffu), v});
+  });
   return out;
 }
 

@@ -16,6 +16,15 @@ struct DeviceSample {
   gpu_device_metrics m{};
 };
 
+// One process on one device, as the bridge lists it (NVML's per-process samples, the highest of
+// the bridge's tick, as Inspektor Gadget's bridge publishes them).
+struct ProcessGpuSample {
+  uint32_t pid = 0;
+  std::string comm;
+  unsigned gpu = 0;
+  gpu_pid_device m{};
+};
+
 class BridgeReader {
  public:
   // nvml: the library to dlopen for names ("" or unloadable: UUID and modelName stay empty).
@@ -23,6 +32,8 @@ class BridgeReader {
   ~BridgeReader();
   // The devices now; throws std::runtime_error saying why there are none (no bridge, stale).
   std::vector<DeviceSample> read(double* age_s);
+  // The processes on the devices that are still running, after a read() that succeeded.
+  std::vector<ProcessGpuSample> read_processes() const;
   const std::string& hostname() const { return host_; }
 
  private:

@@ -27,7 +27,10 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "bridge_fixture.h"
+#include "core/clock.h"
 #include "harness.h"
 
 using namespace gstest;
@@ -166,6 +169,10 @@ class Agent {
                                      "--max-cpu-percent",
                                      "0"};
     // The governor off: these tests count on the refresh rate asked for (it has its own test in deploy_test).
+    if (auto d = std::find(extra.begin(), extra.end(), "--bridge-pin-dir"); d != extra.end() && d + 1 != extra.end()) {
+      argv[argv.size() - 3] = *(d + 1);  // a bridge of the test's own instead of none
+      extra.erase(d, d + 2);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv);
     if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
@@ -1227,4 +1234,69 @@ TEST(Agent, ExitedProcessSeriesAreScrapedOnceThenGo) {
   EXPECT_EQ(value_of(second, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}}), 8);
   EXPECT_EQ(value_of(second, "gpuscope_ioctl_calls_total", {{"request", "NV_ESC_RM_CONTROL"}}), 5);
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
+}
+
+// Per-process GPU utilization from the bridge (NVML's per-process samples, the highest of a
+// tick): series with the process's labels and its device, and /api/processes, for processes in
+// scope only (-c); gone with the process.
+TEST(Agent, ProcessGpuUtilizationFromTheBridge) {
+  Workload w;
+  PinDir d;
+  StandinFile f;
+  Process live({w.path(), "--wait-usr1", "1", "prestart", "1"});
+  const pid_t lp = ready_pid(live), other = getpid();
+  live.signal(SIGUSR1);  // it allocates, then waits for the next
+  ASSERT_TRUE(live.wait_for("allocated")) << live.err();
+  // Each bridge tick publishes the samples newer than its last: they are written anew while waiting.
+  auto nvml_now = [&] {
+    const uint64_t now_us = gpuscope::realtime_ns() / 1000;
+    f.write(
+        fmt::format("device 0 util 37 memutil 12 mem_total 85899345920 mem_free 81067507712 mem_used 4294967296 "
+                    "mem_reserved 536870912 temp 55 power 123456 smclk 1410 memclk 2619 throttle 0 pcie_tx 1 pcie_rx 2 "
+                    "enc 0 dec 0 fan 40 compute_mode 0 ecc_corr 0 ecc_uncorr 0\n"
+                    "process 0 {} 1048576\nprocess 0 {} 2048\n"
+                    "putil 0 {} {} 30 5 0 0\nputil 0 {} {} 42 7 0 0\nputil 0 {} {} 50 50 0 0\n",
+                    lp, other, lp, now_us, lp, now_us + 1, other, now_us));
+  };
+  nvml_now();
+  auto bridge = std::make_unique<Process>(
+      std::vector<std::string>{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path},
+      std::vector<std::string>{f.env()});
+  ASSERT_TRUE(bridge->wait_for("bridge publishing", 10, true)) << bridge->err();
+  Agent a(w, {"--collectors", "bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN});
+  const std::string lps = std::to_string(lp);
+  std::string m = scrape_until(a, [&](const std::string& t) {
+    nvml_now();
+    return value_of(t, "gpuscope_process_gpu_utilization_ratio", {{"pid", lps}}) == 0.42;
+  });
+  ASSERT_NE(m, "") << a.metrics();
+  const std::map<std::string, std::string> want{{"pid", lps}, {"comm", w.comm()}, {"gpu", "0"}};
+  EXPECT_EQ(value_of(m, "gpuscope_process_gpu_utilization_ratio", want), 0.42);
+  EXPECT_EQ(value_of(m, "gpuscope_process_gpu_memory_utilization_ratio", want), 0.07);
+  EXPECT_EQ(value_of(m, "gpuscope_process_gpu_memory_used_bytes", want), 1048576);
+  EXPECT_TRUE(where(samples(m, "gpuscope_process_gpu_utilization_ratio"), {{"pid", std::to_string(other)}}).empty())
+      << "another name: out of scope";
+  json procs, mine;
+  for (int i = 0; i < 100 && (mine.is_null() || mine["gpus"][0]["sm_utilization_ratio"] != 0.42); i++) {
+    nvml_now();
+    sleep_s(0.1);
+    procs = a.api("/api/processes");
+    for (auto& p : procs["processes"])
+      if (p["pid"] == lp) mine = p;
+  }
+  ASSERT_FALSE(mine.is_null()) << procs.dump();
+  ASSERT_EQ(mine["gpus"].size(), 1u) << mine.dump();
+  EXPECT_EQ(mine["gpus"][0]["gpu"], 0);
+  EXPECT_EQ(mine["gpus"][0]["sm_utilization_ratio"], 0.42);
+  EXPECT_EQ(mine["gpus"][0]["memory_used_bytes"], 1048576);
+  live.signal(SIGUSR1);
+  EXPECT_EQ(live.wait(20), 0) << live.err();
+  EXPECT_NE(scrape_until(a,
+                         [&](const std::string& t) {
+                           return where(samples(t, "gpuscope_process_gpu_utilization_ratio"), {{"pid", lps}}).empty();
+                         }),
+            "");
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
+  bridge->signal(SIGTERM);
+  EXPECT_EQ(bridge->wait(30), 0);
 }
