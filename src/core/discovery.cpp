@@ -1,5 +1,6 @@
 #include "core/discovery.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -30,18 +31,19 @@ std::vector<Discovery::Mapping> Discovery::exec_mappings(pid_t pid) {
 }
 
 std::optional<CudaObject> Discovery::consider(const std::string& path, const std::string& open_path, pid_t pid) {
+  auto held = std::make_shared<Fd>(open(open_path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
-  if (stat(open_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (!*held || fstat(held->get(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   Key key{st.st_dev, st.st_ino};
   if (done_.count(key)) return std::nullopt;
+  const std::string via = "/proc/self/fd/" + std::to_string(held->get());
   auto& syms = symbols_[key];
   if (!syms) {
     try {
-      syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(open_path, wanted_));
+      syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(via, wanted_));
     } catch (const std::exception&) {
       symbols_.erase(key);
-      // Gone with its process: another process may still map it. Otherwise it is no ELF file.
-      if (access(open_path.c_str(), R_OK) == 0) done_.insert(key);
+      done_.insert(key);  // held open, so not gone with its process: no ELF file
       return std::nullopt;
     }
   }
@@ -50,7 +52,7 @@ std::optional<CudaObject> Discovery::consider(const std::string& path, const std
     symbols_.erase(key);
     return std::nullopt;
   }
-  return CudaObject{st.st_dev, st.st_ino, path, open_path, pid, syms, {}};
+  return CudaObject{st.st_dev, st.st_ino, path, via, pid, syms, {}, std::move(held)};
 }
 
 std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/elf_symbols.h"
+#include "core/fd.h"
 
 namespace gpuscope {
 
@@ -20,12 +21,15 @@ struct CudaObject {
   dev_t dev = 0;
   ino_t ino = 0;
   std::string path;                           // as the process sees it
-  std::string open_path;                      // through /proc/PID/root, so containers' files open from here
+  std::string open_path;                      // /proc/self/fd/N of `held`, opened through /proc/PID/root
   pid_t seen_in = 0;                          // 0 when found outside any process (ld cache, --lib)
   std::shared_ptr<const ElfSymbols> symbols;  // only the wanted names
   // Other processes mapping the same file, (pid, open path): tried in turn when attaching
   // through open_path fails because its process has gone.
   std::vector<std::pair<pid_t, std::string>> alternates;
+  // The file, held open from its first sight: the process that maps it may exit (in a few ms)
+  // before it is attached, and its /proc/PID/root path with it, but not this.
+  std::shared_ptr<Fd> held;
 };
 
 // Finds CudaObjects by (st_dev, st_ino). A file is offered again by later scans until the caller

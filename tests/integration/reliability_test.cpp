@@ -134,14 +134,14 @@ std::map<pid_t, std::map<std::string, uint64_t>> exited_rows(const std::vector<j
 std::map<pid_t, std::map<std::string, int>> trace_counts(const std::vector<json>& lines) {
   std::map<pid_t, std::map<std::string, int>> r;
   for (auto& e : lines)
-    if (e.contains("api")) r[e["pid"].get<pid_t>()][e["api"].get<std::string>() + " " + e["phase"].get<std::string>()]++;
+    if (e.contains("api"))
+      r[e["pid"].get<pid_t>()][e["api"].get<std::string>() + " " + e["phase"].get<std::string>()]++;
   return r;
 }
 
 void expect_counts(const json& s, const std::map<std::string, uint64_t>& want) {
   for (auto& [k, v] : want) EXPECT_EQ(s.at(k).get<uint64_t>(), v) << k << " in " << s.dump();
 }
-
 
 // BPF object ids a process holds through its fds: "prog_id", "map_id", "link_id".
 std::map<std::string, std::set<uint32_t>> bpf_ids_held(pid_t holder) {
@@ -165,7 +165,7 @@ std::map<std::string, std::set<uint32_t>> still_alive(const std::map<std::string
   std::map<std::string, std::set<uint32_t>> out;
   for (auto& [kind, set] : ids)
     for (uint32_t id : set) {
-      int fd = kind == "prog_id" ? bpf_prog_get_fd_by_id(id)
+      int fd = kind == "prog_id"  ? bpf_prog_get_fd_by_id(id)
                : kind == "map_id" ? bpf_map_get_fd_by_id(id)
                                   : bpf_link_get_fd_by_id(id);
       if (fd >= 0) {
@@ -307,18 +307,25 @@ void expect_attach_consistent(const std::string& err, const json& sum, const std
   EXPECT_EQ(sum["objects"].get<uint64_t>(), objects) << tool << ": " << sum.dump();
   EXPECT_EQ(sum["probes"].get<uint64_t>(), probes) << tool << ": " << sum.dump();
   EXPECT_EQ(sum["attach_failures"].get<uint64_t>() > 0, failed_lines > 0) << tool << ": " << sum.dump();
-  note(tool + "_objects_probes_failures_retries",
-       sum["objects"].dump() + " " + sum["probes"].dump() + " " + sum["attach_failures"].dump() + " " +
-           sum["attach_retries"].dump());
+  note(tool + "_objects_probes_failures_retries", sum["objects"].dump() + " " + sum["probes"].dump() + " " +
+                                                      sum["attach_failures"].dump() + " " +
+                                                      sum["attach_retries"].dump());
 }
 
 // The leaks scenario's exact report (see memleak_test LeakReport).
 void expect_leaks_summary(const json& s) {
   ASSERT_FALSE(s.is_null());
   EXPECT_EQ(s["comm"], kComm);
-  expect_counts(s, {{"allocs_ok", 9}, {"allocs_failed", 0}, {"frees_ok", 4}, {"frees_failed", 0},
-                    {"bad_frees", 1}, {"double_frees", 1}, {"frees_untracked", 0}, {"outstanding_allocs", 6},
-                    {"outstanding_bytes", 1000 + 3000 + 5000 + 600 + 800 + 2097152}, {"pinned_bytes", 0}});
+  expect_counts(s, {{"allocs_ok", 9},
+                    {"allocs_failed", 0},
+                    {"frees_ok", 4},
+                    {"frees_failed", 0},
+                    {"bad_frees", 1},
+                    {"double_frees", 1},
+                    {"frees_untracked", 0},
+                    {"outstanding_allocs", 6},
+                    {"outstanding_bytes", 1000 + 3000 + 5000 + 600 + 800 + 2097152},
+                    {"pinned_bytes", 0}});
 }
 
 // What trace prints for one `standin_app leaks` (5 cudaMalloc, 3 cuMemAlloc, the VMM calls,
@@ -326,9 +333,9 @@ void expect_leaks_summary(const json& s) {
 // The stand-in runtime's calls reach the driver, which is its own layer: 3 + 5 cuMemAlloc_v2,
 // 1 + 3 cuMemFree_v2. cuMemAddressReserve is not in the site table.
 const std::map<std::string, int> kLeaksTrace = {
-    {"cudaMalloc enter", 5},   {"cudaMalloc exit", 5},    {"cuMemAlloc_v2 enter", 8}, {"cuMemAlloc_v2 exit", 8},
-    {"cuMemCreate enter", 1},  {"cuMemCreate exit", 1},   {"cuMemMap enter", 1},      {"cuMemMap exit", 1},
-    {"cuMemRelease enter", 1}, {"cuMemRelease exit", 1},  {"cudaFree enter", 3},      {"cudaFree exit", 3},
+    {"cudaMalloc enter", 5},   {"cudaMalloc exit", 5},   {"cuMemAlloc_v2 enter", 8}, {"cuMemAlloc_v2 exit", 8},
+    {"cuMemCreate enter", 1},  {"cuMemCreate exit", 1},  {"cuMemMap enter", 1},      {"cuMemMap exit", 1},
+    {"cuMemRelease enter", 1}, {"cuMemRelease exit", 1}, {"cudaFree enter", 3},      {"cudaFree exit", 3},
     {"cuMemFree_v2 enter", 4}, {"cuMemFree_v2 exit", 4}};
 
 }  // namespace
@@ -336,8 +343,9 @@ const std::map<std::string, int> kLeaksTrace = {
 // ---------------------------------------------------------------------------------------
 // 1. Defect 1: discovery marked a library seen before attaching it, so when the first
 // process mapping it exited before the attach, the library was never probed. 200 rounds of 4
-// parallel short-lived processes, no --lib; then a long-lived process must be reported
-// exactly.
+// parallel short-lived processes, no --lib: 95 % of them reported and no failed attach (the
+// libraries are held open from first sight: before that, memleak saw 489 of 800 with 1481
+// failed attaches); then a long-lived process must be reported exactly.
 
 namespace {
 
@@ -392,11 +400,15 @@ TEST(Reliability, Defect1LateAttachMemleak) {
   ASSERT_EQ(drops.size(), 1u);
   size_t churn_seen = 0;
   for (pid_t p : churn.pids) churn_seen += sums.count(p);
+  // Once one process is caught mapping the libraries, they are held open until attached, and
+  // every later process is seen from its first call (the first ones may come before that).
+  EXPECT_GE(churn_seen, churn.pids.size() * 95 / 100);
+  EXPECT_EQ(drops[0]["attach_failures"], 0);
   note("defect1_memleak_churn_processes", std::to_string(churn.pids.size()));
   note("defect1_memleak_churn_seconds", std::to_string(churn.seconds));
   note("defect1_memleak_churn_reported", std::to_string(churn_seen));
-  note("defect1_memleak_failed_attach_attempts",
-       std::to_string(failed_attempts(g->proc().err(), standin_rt()) + failed_attempts(g->proc().err(), standin_drv())));
+  note("defect1_memleak_failed_attach_attempts", std::to_string(failed_attempts(g->proc().err(), standin_rt()) +
+                                                                failed_attempts(g->proc().err(), standin_drv())));
   note("defect1_memleak_attach_retries", drops[0]["attach_retries"].dump());
   note("defect1_memleak_attach_failures", drops[0]["attach_failures"].dump());
 }
@@ -418,11 +430,13 @@ TEST(Reliability, Defect1LateAttachTrace) {
   EXPECT_EQ(sum[0]["lost"], 0);
   size_t churn_seen = 0;
   for (pid_t p : churn.pids) churn_seen += counts.count(p);
+  EXPECT_GE(churn_seen, churn.pids.size() * 95 / 100);
+  EXPECT_EQ(sum[0]["attach_failures"], 0);
   note("defect1_trace_churn_processes", std::to_string(churn.pids.size()));
   note("defect1_trace_churn_seconds", std::to_string(churn.seconds));
   note("defect1_trace_churn_reported", std::to_string(churn_seen));
-  note("defect1_trace_failed_attach_attempts",
-       std::to_string(failed_attempts(t->proc().err(), standin_rt()) + failed_attempts(t->proc().err(), standin_drv())));
+  note("defect1_trace_failed_attach_attempts", std::to_string(failed_attempts(t->proc().err(), standin_rt()) +
+                                                              failed_attempts(t->proc().err(), standin_drv())));
   note("defect1_trace_attach_retries", sum[0]["attach_retries"].dump());
   note("defect1_trace_attach_failures", sum[0]["attach_failures"].dump());
 }
@@ -433,14 +447,14 @@ TEST(Reliability, Defect1LateAttachTrace) {
 namespace {
 // standin_app driver 2, as trace reports it: 2 cuMemAlloc, 5 + 3 launches, 2 frees (cuInit and
 // the module calls are not in the site table).
-const std::map<std::string, int> kDriverTrace = {
-    {"cuMemAlloc_v2 enter", 2},  {"cuMemAlloc_v2 exit", 2}, {"cuLaunchKernel enter", 8},
-    {"cuLaunchKernel exit", 8},  {"cuMemFree_v2 enter", 2},  {"cuMemFree_v2 exit", 2}};
+const std::map<std::string, int> kDriverTrace = {{"cuMemAlloc_v2 enter", 2},  {"cuMemAlloc_v2 exit", 2},
+                                                 {"cuLaunchKernel enter", 8}, {"cuLaunchKernel exit", 8},
+                                                 {"cuMemFree_v2 enter", 2},   {"cuMemFree_v2 exit", 2}};
 // standin_app churn: 2 cudaMalloc (one failed), each reaching cuMemAlloc, 1 direct cuMemAlloc,
 // 2 cuMemFree (one a double free).
-const std::map<std::string, int> kChurnTrace = {
-    {"cudaMalloc enter", 2},   {"cudaMalloc exit", 2},    {"cuMemAlloc_v2 enter", 3},
-    {"cuMemAlloc_v2 exit", 3}, {"cuMemFree_v2 enter", 2}, {"cuMemFree_v2 exit", 2}};
+const std::map<std::string, int> kChurnTrace = {{"cudaMalloc enter", 2},    {"cudaMalloc exit", 2},
+                                                {"cuMemAlloc_v2 enter", 3}, {"cuMemAlloc_v2 exit", 3},
+                                                {"cuMemFree_v2 enter", 2},  {"cuMemFree_v2 exit", 2}};
 }  // namespace
 
 TEST(Reliability, ChurnSoakThreeTools) {
@@ -516,13 +530,22 @@ TEST(Reliability, ChurnSoakThreeTools) {
   EXPECT_EQ(leak_rows, churners.size());
   for (pid_t p : drivers) {
     ASSERT_TRUE(sums.count(p)) << p;
-    expect_counts(sums[p], {{"allocs_ok", 2}, {"allocs_failed", 0}, {"frees_ok", 2}, {"bad_frees", 0},
-                            {"outstanding_allocs", 0}, {"outstanding_bytes", 0}});
+    expect_counts(sums[p], {{"allocs_ok", 2},
+                            {"allocs_failed", 0},
+                            {"frees_ok", 2},
+                            {"bad_frees", 0},
+                            {"outstanding_allocs", 0},
+                            {"outstanding_bytes", 0}});
   }
   for (pid_t p : churners) {
     ASSERT_TRUE(sums.count(p)) << p;
-    expect_counts(sums[p], {{"allocs_ok", 2}, {"allocs_failed", 1}, {"frees_ok", 1}, {"bad_frees", 1},
-                            {"double_frees", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
+    expect_counts(sums[p], {{"allocs_ok", 2},
+                            {"allocs_failed", 1},
+                            {"frees_ok", 1},
+                            {"bad_frees", 1},
+                            {"double_frees", 1},
+                            {"outstanding_allocs", 1},
+                            {"outstanding_bytes", 4096}});
   }
   auto drops = of_type(ml, 0, "drops");
   ASSERT_EQ(drops.size(), 1u);
@@ -544,8 +567,10 @@ TEST(Reliability, ChurnSoakThreeTools) {
     bool any_unknown = false;
     for (auto& [name, n] : rows[p]) {
       total += n;
-      if (name.starts_with("[unknown")) any_unknown = true;
-      else EXPECT_EQ(n, name == "kern_a" ? 5u : name == "kern_b" ? 3u : 0u) << p << " " << name;
+      if (name.starts_with("[unknown"))
+        any_unknown = true;
+      else
+        EXPECT_EQ(n, name == "kern_a" ? 5u : name == "kern_b" ? 3u : 0u) << p << " " << name;
     }
     EXPECT_EQ(total, 8u) << p;
     unnamed += any_unknown;
@@ -596,8 +621,10 @@ std::vector<std::string> subcommands() {
     }
     if (in_subs) {
       std::smatch m;
-      if (std::regex_search(line, m, std::regex(R"(^  ([a-z]+)\b)"))) out.push_back(m[1]);
-      else if (!line.empty()) in_subs = false;
+      if (std::regex_search(line, m, std::regex(R"(^  ([a-z]+)\b)")))
+        out.push_back(m[1]);
+      else if (!line.empty())
+        in_subs = false;
     }
   }
   return out;
@@ -620,10 +647,10 @@ std::vector<std::string> value_options(const std::string& sub) {
 }
 
 // Options whose value is text, not a number.
-const std::set<std::string> kTextOptions = {"--comm", "--lib", "--api",   "--layer",     "--pin-dir",
-                                            "--folded", "--svg", "--nvml", "--cupti-lib", "--output", "--count-layer",
-                                            "--listen", "--collectors", "--bridge-pin-dir", "--pods-dir",
-                                            "--latency-apis"};
+const std::set<std::string> kTextOptions = {
+    "--comm",     "--lib",         "--api",    "--layer",       "--pin-dir", "--folded",     "--svg",
+    "--nvml",     "--cupti-lib",   "--output", "--count-layer", "--listen",  "--collectors", "--bridge-pin-dir",
+    "--pods-dir", "--latency-apis"};
 
 }  // namespace
 
@@ -642,7 +669,8 @@ TEST(Reliability, NumericFlagsRejectNonsense) {
         tried++;
         EXPECT_EQ(r.exit_code, 2) << sub << " " << opt << " '" << bad << "': " << r.err;
         EXPECT_EQ(count_lines(r.err), 1u) << sub << " " << opt << " '" << bad << "': " << r.err;
-        EXPECT_NE(r.err.find(opt + " must be a"), std::string::npos) << sub << " " << opt << " '" << bad << "': " << r.err;
+        EXPECT_NE(r.err.find(opt + " must be a"), std::string::npos)
+            << sub << " " << opt << " '" << bad << "': " << r.err;
         EXPECT_NE(r.err.find(" between "), std::string::npos) << sub << " " << opt << " '" << bad << "': " << r.err;
         EXPECT_TRUE(r.out.empty()) << r.out;
       }
@@ -769,8 +797,8 @@ double kernels_sigterm_exit() {
 double kernels_duration_exit(double d) {
   Process w({standin_app(), "launch_loop", "20000"});
   ready_pid(w);
-  Process k({gpuscope_bin(), "kernels", "--json", "-d", std::to_string(d), "--lib", standin_rt(), "--lib",
-             standin_drv()});
+  Process k(
+      {gpuscope_bin(), "kernels", "--json", "-d", std::to_string(d), "--lib", standin_rt(), "--lib", standin_drv()});
   if (!k.wait_for("gpuscope: counting", 60, true)) {
     ADD_FAILURE() << k.err();
     return 99;
@@ -840,7 +868,7 @@ TEST(Reliability, Kill9LeavesNothing) {
   for (std::string sub : {"memleak", "kernels", "trace", "latency"}) {
     Process w({standin_app(), "launch_loop", "4000"});
     ready_pid(w);
-    std::string ready = sub == "memleak" ? "gpuscope: tracking"
+    std::string ready = sub == "memleak"   ? "gpuscope: tracking"
                         : sub == "kernels" ? "gpuscope: counting"
                         : sub == "trace"   ? "gpuscope: tracing"
                                            : "gpuscope: timing";
