@@ -1,6 +1,7 @@
 // gpuscope run -- CMD: runs CMD with libgpuscope-cupti.so injected (CUDA_INJECTION64_PATH), so
 // that gpuscope kernels and gpuscope timeline get its GPU time. No BPF here.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "core/cli.h"
@@ -40,12 +42,24 @@ int run_run(const RunOptions& o) {
   setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
   if (o.flush_ms) setenv("GPUSCOPE_CUPTI_FLUSH_MS", std::to_string(o.flush_ms).c_str(), 1);
   if (o.always) setenv("GPUSCOPE_CUPTI_ALWAYS", "1", 1);
+  // Signals a user sends the command through us; INT and TERM end it (below).
+  static volatile sig_atomic_t pending[3];
+  static const int forwarded[3] = {SIGHUP, SIGUSR1, SIGUSR2};
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    for (int i = 0; i < 3; i++)
+      if (forwarded[i] == sig) pending[i] = 1;
+  };
+  sigemptyset(&sa.sa_mask);
+  for (int sig : forwarded) sigaction(sig, &sa, nullptr);
+  const pid_t self = getpid();
   pid_t child = fork();
   if (child < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
   if (child == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGUSR1, SIGUSR2}) signal(sig, SIG_DFL);
+    // Killed with us (kill -9 included): a command left running would hold the GPU unseen.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != self) _exit(128 + SIGTERM);  // we died before the line above
     std::vector<char*> argv;
     for (auto& a : o.cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -53,17 +67,30 @@ int run_run(const RunOptions& o) {
     fprintf(stderr, "gpuscope: %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
-  // Ctrl-C, SIGTERM and -d reach the command as SIGTERM; its exit status is ours.
+  // Ctrl-C, SIGTERM and -d reach the command as SIGTERM, and SIGKILL kKillAfter later if it
+  // is still running; its exit status is ours.
+  constexpr auto kKillAfter = std::chrono::seconds(10);
   StopControl stop(o.common.duration_s);
-  bool sent = false;
+  std::optional<std::chrono::steady_clock::time_point> termed;
+  bool killed = false;
   int status = 0;
   for (;;) {
     pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child) break;
     if (r < 0 && errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
-    if (!sent && stop.should_stop()) {
+    for (int i = 0; i < 3; i++)
+      if (pending[i]) {
+        pending[i] = 0;
+        kill(child, forwarded[i]);
+      }
+    if (!termed && stop.should_stop()) {
       kill(child, SIGTERM);
-      sent = true;
+      termed = std::chrono::steady_clock::now();
+    }
+    if (termed && !killed && std::chrono::steady_clock::now() - *termed >= kKillAfter) {
+      fprintf(stderr, "gpuscope: run: %s still running 10 s after SIGTERM: SIGKILL\n", o.cmd[0].c_str());
+      kill(child, SIGKILL);
+      killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -27,9 +27,7 @@ constexpr uint64_t kKernels = 40;
 constexpr uint64_t kTotalNs = kKernels * 50000 + 1000 * (kKernels * (kKernels - 1) / 2);
 constexpr uint64_t kMaxNs = 50000 + 1000 * (kKernels - 1);
 
-std::string tmp_file(const std::string& name) {
-  return "/tmp/gputime_test_" + std::to_string(getpid()) + "_" + name;
-}
+std::string tmp_file(const std::string& name) { return "/tmp/gputime_test_" + std::to_string(getpid()) + "_" + name; }
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -89,6 +87,46 @@ TEST(GpuTime, RunSetsInjectionPath) {
   EXPECT_EQ(last["type"], "summary");
   EXPECT_EQ(last["exit_code"].get<int>(), r.exit_code);
   EXPECT_EQ(last["library"], CUPTI_LIB);
+}
+
+// The command under run gets HUP, USR1 and USR2 as sent to run; INT and TERM end it (SIGTERM);
+// it does not outlive run killed with -9; and with -d, one that ignores SIGTERM is killed 10 s
+// after it.
+TEST(GpuTime, RunForwardsSignalsAndTakesItsCommandAlong) {
+  {
+    Process r({gpuscope_bin(), "run", "--", "/bin/sh", "-c",
+               "for s in HUP USR1 USR2; do trap \"echo got $s\" $s; done; echo ready; while :; do sleep 0.05; done"});
+    ASSERT_TRUE(r.wait_for("ready", 10)) << r.err();
+    for (int sig : {SIGHUP, SIGUSR1, SIGUSR2}) {
+      r.signal(sig);
+      std::string want = std::string("got ") + (sig == SIGHUP ? "HUP" : sig == SIGUSR1 ? "USR1" : "USR2");
+      EXPECT_TRUE(r.wait_for(want, 10)) << r.out();
+    }
+    r.signal(SIGTERM);
+    EXPECT_EQ(r.wait(10), 128 + SIGTERM) << r.err();
+  }
+  {
+    Process r({gpuscope_bin(), "run", "--", "/bin/sh", "-c", "echo pid=$$; exec sleep 60"});
+    ASSERT_TRUE(r.wait_for("pid=", 10)) << r.err();
+    const pid_t child = std::stoi(r.out().substr(r.out().find("pid=") + 4));
+    r.signal(SIGKILL);
+    r.wait(10);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      gone = kill(child, 0) != 0 && errno == ESRCH;
+    EXPECT_TRUE(gone) << "the command outlived run's kill -9";
+    if (!gone) kill(child, SIGKILL);
+  }
+  {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = run({gpuscope_bin(), "run", "-d", "1", "--", "/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"},
+                 {}, 30);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+    EXPECT_NE(r.err.find("still running 10 s after SIGTERM: SIGKILL"), std::string::npos) << r.err;
+    EXPECT_GE(s, 10.5);
+    EXPECT_LT(s, 15);
+  }
 }
 
 TEST(GpuTime, KernelsGpuColumns) {
@@ -156,7 +194,8 @@ TEST(GpuTime, LibraryLoadedLater) {
   EXPECT_EQ(g.wait(30), 0) << g.err();
   bool found = false;
   for (auto& l : parse_lines(g.out()))
-    if (l["type"] == "kernel" && l["pid"] == pid && l["kernel"] == "alpha_kernel(float*)" && l.contains("gpu_time_ns")) {
+    if (l["type"] == "kernel" && l["pid"] == pid && l["kernel"] == "alpha_kernel(float*)" &&
+        l.contains("gpu_time_ns")) {
       EXPECT_EQ(l["gpu_time_ns"].get<uint64_t>(), kTotalNs);
       found = true;
     }
@@ -168,8 +207,8 @@ TEST(GpuTime, TimelineTracksSpansFlows) {
   Process w({GT_FEEDER, CUPTI_LIB, "wait-detach"});
   pid_t pid = ready_pid(w);
   std::string out = tmp_file("timeline.json");
-  Process g({gpuscope_bin(), "timeline", "--json", "-d", "3", "-p", std::to_string(pid), "-o", out,
-             "--pin-dir", "/nonexistent"});
+  Process g({gpuscope_bin(), "timeline", "--json", "-d", "3", "-p", std::to_string(pid), "-o", out, "--pin-dir",
+             "/nonexistent"});
   ASSERT_TRUE(w.wait_for("fed", 30)) << w.out() << w.err() << g.err();
   EXPECT_EQ(g.wait(30), 0) << g.err();
   // gpuscope cleared the library's flag on its way out.
@@ -182,8 +221,8 @@ TEST(GpuTime, TimelineTracksSpansFlows) {
   EXPECT_EQ(summary.back()["flows"].get<uint64_t>(), kKernels);
 
   auto c = run({"python3", TIMELINE_CHECKER, out, "--pid", std::to_string(pid), "--gpu", "--min-cpu",
-                std::to_string(kKernels), "--min-kernels", std::to_string(kKernels), "--kernel",
-                "alpha_kernel(float*)", "--min-flows", std::to_string(kKernels)});
+                std::to_string(kKernels), "--min-kernels", std::to_string(kKernels), "--kernel", "alpha_kernel(float*)",
+                "--min-flows", std::to_string(kKernels)});
   EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
 
   // The fields themselves.
@@ -327,7 +366,6 @@ TEST(GpuTime, TimelineNamesOutliveTheProcess) {
 }
 
 namespace {
-
 
 // cupti_app (libgpuscope-cupti.so over the stand-in libcupti) running PHASES, its stand-in's
 // log of enables and records in `log`.
