@@ -3,6 +3,9 @@
 // counters (the bridge's pinned maps), written as a Chrome JSON trace for Perfetto.
 #include <bpf/bpf.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <memory>
 
 #include "bridge/bridge_maps.h"
+#include "bridge/pin_dir.h"
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/cuda_api.h"
@@ -65,11 +69,19 @@ class BridgeCounters {
 int run_timeline(const TimelineOptions& o) {
   o.scope.validate();
   {
-    // Refuse an unwritable output before attaching anything.
+    // Refuse an output that cannot take the timeline before attaching anything: /proc and /sys
+    // files open for writing and fail only at the write, after the whole recording.
+    struct stat st {};
+    if (stat(o.out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw UsageError("-o " + o.out + ": not a regular file");
+    std::string dir = o.out.find('/') == std::string::npos ? "." : o.out.substr(0, o.out.rfind('/') + 1);
+    struct statfs fs {};
+    if (statfs(dir.c_str(), &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC))
+      throw UsageError("-o " + o.out + ": /proc and /sys take no timeline");
     int fd = open(o.out.c_str(), O_WRONLY | O_CREAT, 0644);
     if (fd < 0) throw UsageError("-o " + o.out + ": " + strerror(errno));
     close(fd);
   }
+  check_pin_dir(o.pin_dir, false);
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);

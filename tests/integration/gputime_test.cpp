@@ -207,8 +207,9 @@ TEST(GpuTime, TimelineTracksSpansFlows) {
   Process w({GT_FEEDER, CUPTI_LIB, "wait-detach"});
   pid_t pid = ready_pid(w);
   std::string out = tmp_file("timeline.json");
+  PinDir no_bridge;  // bpffs, and no bridge there
   Process g({gpuscope_bin(), "timeline", "--json", "-d", "3", "-p", std::to_string(pid), "-o", out, "--pin-dir",
-             "/nonexistent"});
+             no_bridge.path});
   ASSERT_TRUE(w.wait_for("fed", 30)) << w.out() << w.err() << g.err();
   EXPECT_EQ(g.wait(30), 0) << g.err();
   // gpuscope cleared the library's flag on its way out.
@@ -324,6 +325,10 @@ TEST(GpuTime, BadInput) {
   for (auto args : std::vector<std::vector<std::string>>{
            {"timeline", "-p", "999999999"},
            {"timeline", "-o", "/nonexistent/dir/t.json", "-d", "1"},
+           {"timeline", "-o", "/proc/version", "-d", "1"},  // opens for writing; every write fails
+           {"timeline", "-o", "/tmp", "-d", "1"},
+           {"timeline", "--pin-dir", "", "-d", "1"},
+           {"timeline", "--pin-dir", "/tmp", "-d", "1"},
            {"timeline", "--max-calls", "0"},
            {"kernels", "--cupti-lib", "/nonexistent/libgpuscope-cupti.so", "-d", "1"},
            {"run"},
@@ -342,7 +347,8 @@ TEST(GpuTime, BadInput) {
 TEST(GpuTime, TimelineNamesOutliveTheProcess) {
   std::string out = tmp_file("exited.json");
   // By name, so that the timeline outlives the process (-p ends it when its process exits).
-  Process g({gpuscope_bin(), "timeline", "-d", "7", "-c", "gputime_feeder", "-o", out, "--pin-dir", "/nonexistent"});
+  PinDir no_bridge;
+  Process g({gpuscope_bin(), "timeline", "-d", "7", "-c", "gputime_feeder", "-o", out, "--pin-dir", no_bridge.path});
   ASSERT_TRUE(g.wait_for("recording a timeline", 30, true)) << g.err();
   Process w({GT_FEEDER, CUPTI_LIB});
   pid_t pid = ready_pid(w);
@@ -465,7 +471,8 @@ TEST(GpuTime, ExactBesideADutyCycledAgent) {
       gpu_kernels = l["gpu_kernels"].get<uint64_t>();
   EXPECT_EQ(gpu_kernels, 500u) << k.out();
 
-  Process t({gpuscope_bin(), "timeline", "--json", "-p", pid, "-o", out, "--pin-dir", "/nonexistent"});
+  PinDir no_bridge;
+  Process t({gpuscope_bin(), "timeline", "--json", "-p", pid, "-o", out, "--pin-dir", no_bridge.path});
   ASSERT_TRUE(t.wait_for("recording a timeline", 30, true)) << t.err();
   app->signal(SIGUSR1);
   ASSERT_TRUE(app->wait_for("waiting 3", 30)) << app->out();
