@@ -381,6 +381,14 @@ TEST(Agent, BadInput) {
     expect_usage_error({"--gputime-duty", duty}, "--gputime-duty");
   expect_usage_error({"--gputime-duty", "2/1"}, "--gputime-duty ON/PERIOD: ON (2) exceeds PERIOD");
   expect_usage_error({"--gputime-duty", "0"}, "--gputime-duty must be a number of the share of time recorded");
+  // A bad --lib, alone or beside a good one, as the subcommands refuse it.
+  const std::string good = standin_lib_dir() + "/libcudart.so.13";
+  expect_usage_error({"--lib", "/etc/passwd"}, "gpuscope: --lib /etc/passwd: not an ELF file\n");
+  expect_usage_error({"--lib", good, "--lib", "/etc/passwd"}, "gpuscope: --lib /etc/passwd: not an ELF file\n");
+  expect_usage_error({"--lib", "/etc/passwd", "--lib", good, "--collectors", "latency"},
+                     "gpuscope: --lib /etc/passwd: not an ELF file\n");
+  expect_usage_error({"--lib", "/nonexistent/libcuda.so.1"},
+                     "gpuscope: --lib /nonexistent/libcuda.so.1: No such file or directory\n");
 }
 
 // Issue 24: clients that trickle requests must not stop the agent serving. 1000 connections
