@@ -16,6 +16,7 @@
 #include "agent/agent.h"
 #include "agent/http.h"
 #include "bridge/bridge.h"
+#include "bridge/nvml.h"
 #include "core/cli.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
@@ -100,6 +101,7 @@ int run_agent(const AgentOptions& o) {
   auto names = parse_collectors(o.collectors);
   parse_listen(o.listen);
   o.scope.validate();
+  if (wanted(names, "bridge")) nvml::check_library(o.nvml);
   const std::vector<bool> latency_rows =
       o.latency_apis.empty() ? always_on_latency_rows() : select_apis(o.latency_apis, "all");
   AgentView view({o.max_kernels, o.retain_s, o.pods_dir});

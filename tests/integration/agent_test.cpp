@@ -389,6 +389,15 @@ TEST(Agent, BadInput) {
                      "gpuscope: --lib /etc/passwd: not an ELF file\n");
   expect_usage_error({"--lib", "/nonexistent/libcuda.so.1"},
                      "gpuscope: --lib /nonexistent/libcuda.so.1: No such file or directory\n");
+  // NVML cut short: the loader would fault mapping it.
+  std::string dir = "/tmp/gs-agent-nvml-" + std::to_string(getpid()), lib = dir + "/libnvidia-ml.so.1";
+  mkdir(dir.c_str(), 0700);
+  ASSERT_TRUE(truncated_copy(NVML_STANDIN, lib, 8192));
+  expect_usage_error({"--collectors", "bridge", "--nvml", lib},
+                     "gpuscope: NVML not available: " + lib + " is truncated: segment ");
+  expect_usage_error({"--collectors", "bridge", "--nvml", "/etc/passwd"},
+                     "gpuscope: NVML not available: /etc/passwd is not an ELF shared object\n");
+  std::filesystem::remove_all(dir);
 }
 
 // Issue 24: clients that trickle requests must not stop the agent serving. 1000 connections
