@@ -16,6 +16,7 @@
 #include "agent/agent.h"
 #include "agent/http.h"
 #include "bridge/bridge.h"
+#include "bridge/nvml.h"
 #include "core/cli.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
@@ -100,6 +101,7 @@ int run_agent(const AgentOptions& o) {
   auto names = parse_collectors(o.collectors);
   parse_listen(o.listen);
   o.scope.validate();
+  if (wanted(names, "bridge")) nvml::check_library(o.nvml);
   const std::vector<bool> latency_rows =
       o.latency_apis.empty() ? always_on_latency_rows() : select_apis(o.latency_apis, "all");
   AgentView view({o.max_kernels, o.retain_s, o.pods_dir});
@@ -126,6 +128,7 @@ int run_agent(const AgentOptions& o) {
     fprintf(stderr, "gpuscope: agent: collector %s is off: %s\n", n.c_str(), why.c_str());
   };
   UprobeSession session(o.scope, o.common.verbose);
+  session.open_libs();  // a bad --lib is bad input, as in the subcommands: refused before anything loads
   // Exec and dlopen notices find new CUDA processes; the full rescan only backs them up.
   session.set_full_rescan_period(std::chrono::seconds(15));
   std::unique_ptr<KernelsCollector> kernels;
@@ -172,6 +175,27 @@ int run_agent(const AgentOptions& o) {
     c.duty_period_ms = o.gpu_period_ms;
     gputime = std::make_unique<GpuTimeCollector>(std::move(c));
   });
+  // The library comes by dlopen at cuInit: the session's notice has it scanned at once.
+  if (gputime)
+    session.on_maps_changed([&](pid_t pid) {
+      if (gputime) gputime->notice(pid);  // reset below if it cannot start
+    });
+  bool session_started = false;
+  if (kernels || memleak || latency) {
+    try {
+      session.start();
+      session_started = true;
+    } catch (const UsageError&) {
+      throw;  // a --lib none of whose probes attach, before the bridge below pins anything
+    } catch (const std::exception& e) {
+      for (auto& s : status)
+        if (s.up && (s.name == "kernels" || s.name == "memleak" || s.name == "latency")) s = {s.name, false, e.what()};
+      fprintf(stderr, "gpuscope: agent: no uprobes attached: %s\n", e.what());
+      kernels.reset();
+      memleak.reset();
+      latency.reset();
+    }
+  }
   // Device series: a running bridge's pins, else a bridge run here (before starvation, which
   // reads the same pins).
   std::unique_ptr<BridgeReader> bridge;
@@ -226,22 +250,6 @@ int run_agent(const AgentOptions& o) {
     kernels->on_exit([&](uint32_t pid, const std::vector<KernelRow>& rows) { view.kernels_exited(pid, rows); });
   if (memleak)
     memleak->on_end([&](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { view.memleak_ended(p, l); });
-  // The library comes by dlopen at cuInit: the session's notice has it scanned at once.
-  if (gputime) session.on_maps_changed([&](pid_t pid) { gputime->notice(pid); });
-  bool session_started = false;
-  if (kernels || memleak || latency) {
-    try {
-      session.start();
-      session_started = true;
-    } catch (const std::exception& e) {
-      for (auto& s : status)
-        if (s.up && (s.name == "kernels" || s.name == "memleak" || s.name == "latency")) s = {s.name, false, e.what()};
-      fprintf(stderr, "gpuscope: agent: no uprobes attached: %s\n", e.what());
-      kernels.reset();
-      memleak.reset();
-      latency.reset();
-    }
-  }
   if (kernels) kernels->start(session);
   if (memleak) memleak->start(session);
   if (gputime) {

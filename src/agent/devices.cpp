@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/loadable.h"
 #include "core/fd.h"
 #include "core/map_walk.h"
 #include "core/system.h"
@@ -33,7 +34,7 @@ BridgeReader::BridgeReader(std::string pin_dir, const std::string& nvml) : dir_(
   char h[256] = {};
   gethostname(h, sizeof h - 1);
   host_ = h;
-  if (!nvml.empty()) nvml_ = dlopen(nvml.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!nvml.empty()) gs_dlopen_checked(nvml.c_str(), RTLD_NOW | RTLD_LOCAL, &nvml_, nullptr, 0);
 }
 
 BridgeReader::~BridgeReader() {

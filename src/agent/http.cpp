@@ -6,11 +6,114 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+#include <unordered_set>
 
 #include "core/system.h"
 
 namespace gpuscope {
+
+// libmicrohttpd's own timeout is one of inactivity, which a byte every few seconds resets, and
+// its connection limit is first come, first served: a few clients trickling requests would hold
+// every connection. This one tracks each connection from libmicrohttpd's callbacks (on its
+// polling thread) and closes, with shutdown(), those past their time, from a thread of its own.
+// It does so under the lock that the connection's CLOSED notice takes, and libmicrohttpd closes
+// the descriptor only after that notice: the descriptor shut is still that connection's.
+class ConnectionGuard {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr unsigned kMaxOpen = HttpLimits::kMaxConnections - 32;  // 32: accepted before a cut lands
+
+  ConnectionGuard() : sweeper_([this](std::stop_token stop) { sweep_until(stop); }) {}
+  ~ConnectionGuard() {
+    sweeper_.request_stop();
+    sweeper_.join();
+    for (Conn* k : conns_) delete k;
+  }
+
+  static void notify(void* cls, MHD_Connection* c, void** ctx, MHD_ConnectionNotificationCode code) {
+    auto* self = static_cast<ConnectionGuard*>(cls);
+    std::lock_guard g(self->mu_);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      const MHD_ConnectionInfo* i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+      auto* k = new Conn{i ? i->connect_fd : -1, Clock::now()};
+      *ctx = k;
+      self->started(k);
+    } else if (auto* k = static_cast<Conn*>(*ctx)) {
+      self->conns_.erase(k);
+      delete k;
+      *ctx = nullptr;
+    }
+  }
+  // The request is in and answered; or the answer has gone, and the next request's time starts.
+  void answered(MHD_Connection* c) { mark(c, true); }
+  static void completed(void* cls, MHD_Connection* c, void**, MHD_RequestTerminationCode) {
+    static_cast<ConnectionGuard*>(cls)->mark(c, false);
+  }
+
+ private:
+  struct Conn {
+    int fd;
+    Clock::time_point since;  // when its request began to be awaited
+    bool answered = false;
+    bool cut = false;
+  };
+
+  void mark(MHD_Connection* c, bool answered) {
+    const MHD_ConnectionInfo* i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    std::lock_guard g(mu_);
+    auto* k = i ? static_cast<Conn*>(i->socket_context) : nullptr;
+    if (!k) return;
+    k->answered = answered;
+    if (!answered) k->since = Clock::now();
+  }
+  void cut(Conn* k) {
+    if (k->fd >= 0) shutdown(k->fd, SHUT_RDWR);  // libmicrohttpd sees the end and closes it
+    k->cut = true;
+  }
+  // Past the limits, a newcomer closes the connection that has waited longest: trickling
+  // clients make room, a scraper whose request comes at once is served.
+  void started(Conn* k) {
+    conns_.insert(k);
+    unsigned open = 0, waiting = 0;
+    Conn *oldest = nullptr, *oldest_waiting = nullptr;
+    for (Conn* x : conns_) {
+      if (x->cut) continue;
+      open++;
+      if (!oldest || x->since < oldest->since) oldest = x;
+      if (x->answered) continue;
+      waiting++;
+      if (!oldest_waiting || x->since < oldest_waiting->since) oldest_waiting = x;
+    }
+    if (waiting > HttpLimits::kMaxWaiting && oldest_waiting != k)
+      cut(oldest_waiting);
+    else if (open > kMaxOpen && oldest != k)
+      cut(oldest);
+  }
+  void sweep_until(std::stop_token stop) {
+    std::mutex m;
+    std::unique_lock l(m);
+    while (!cv_.wait_for(l, stop, std::chrono::milliseconds(250), [] { return false; })) {
+      if (stop.stop_requested()) return;
+      std::lock_guard g(mu_);
+      auto now = Clock::now();
+      for (Conn* k : conns_)
+        if (!k->cut &&
+            now - k->since > std::chrono::seconds(k->answered ? HttpLimits::kExchangeS : HttpLimits::kRequestS))
+          cut(k);
+    }
+  }
+
+  std::mutex mu_;
+  std::unordered_set<Conn*> conns_;
+  std::condition_variable_any cv_;
+  std::jthread sweeper_;  // last: it starts once the rest exists
+};
 
 sockaddr_storage parse_listen(const std::string& text) {
   sockaddr_storage ss{};
@@ -46,6 +149,7 @@ struct HttpAccess {
       *state = self;
       return MHD_YES;
     }
+    self->guard_->answered(c);
     HttpReply r;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
       r.status = 405;
@@ -77,7 +181,7 @@ HttpServer::HttpServer(const std::string& listen, Handler h) : handler_(std::mov
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (ss.ss_family == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
   socklen_t len = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd_, 64) != 0) {
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd_, SOMAXCONN) != 0) {
     int e = errno;
     close(fd_);
     throw UsageError("cannot listen on " + listen + ": " + strerror(e));
@@ -87,9 +191,12 @@ HttpServer::HttpServer(const std::string& listen, Handler h) : handler_(std::mov
   getsockname(fd_, reinterpret_cast<sockaddr*>(&got), &gl);
   port_ = ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
                                           : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+  guard_ = std::make_unique<ConnectionGuard>();
   d_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, nullptr, nullptr, &HttpAccess::answer, this,
-                        MHD_OPTION_LISTEN_SOCKET, fd_, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT,
-                        64u, MHD_OPTION_END);
+                        MHD_OPTION_LISTEN_SOCKET, fd_, MHD_OPTION_CONNECTION_TIMEOUT, HttpLimits::kInactivityS,
+                        MHD_OPTION_CONNECTION_LIMIT, HttpLimits::kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                        HttpLimits::kPerAddress, MHD_OPTION_NOTIFY_CONNECTION, &ConnectionGuard::notify, guard_.get(),
+                        MHD_OPTION_NOTIFY_COMPLETED, &ConnectionGuard::completed, guard_.get(), MHD_OPTION_END);
   if (!d_) {
     close(fd_);
     throw UsageError("cannot start the HTTP server on " + listen);

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 
 struct MHD_Daemon;
@@ -19,6 +20,20 @@ struct HttpReply {
 // "ADDR:PORT" (IPv4, or [IPv6]:PORT); throws UsageError with one line when it is not one.
 sockaddr_storage parse_listen(const std::string& text);
 
+// What a client may hold (docs/agent.md, "Slow and greedy clients"): the server listens on a pod
+// network, where any pod can open connections and trickle bytes to keep them.
+struct HttpLimits {
+  static constexpr unsigned kPerAddress = 8;  // connections per client address
+  static constexpr unsigned kMaxConnections = 256;
+  // Connections still sending their request; past this a new one closes the longest waiting.
+  static constexpr unsigned kMaxWaiting = 64;
+  static constexpr unsigned kRequestS = 3;    // a request must arrive within this, however it trickles
+  static constexpr unsigned kExchangeS = 30;  // and its answer must be taken within this
+  static constexpr unsigned kInactivityS = 10;
+};
+
+class ConnectionGuard;
+
 class HttpServer {
  public:
   using Handler = std::function<HttpReply(const std::string& path)>;
@@ -32,6 +47,7 @@ class HttpServer {
 
  private:
   Handler handler_;
+  std::unique_ptr<ConnectionGuard> guard_;
   MHD_Daemon* d_ = nullptr;
   int fd_ = -1;
   int port_ = 0;

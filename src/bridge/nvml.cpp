@@ -1,18 +1,14 @@
 #include "bridge/nvml.h"
 
 #include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <climits>
 
 #include <fmt/format.h>
 
 #include "bridge/bridge_maps.h"
+#include "common/loadable.h"
 #include "core/system.h"
 
 namespace gpuscope::nvml {
@@ -22,44 +18,17 @@ static void bind(void* dl, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(dl, name));
 }
 
-// The dynamic loader maps each segment from the file and touches it: a segment that runs
-// past the end of a truncated file kills the process with SIGBUS inside dlopen. A bare name
-// is left to the loader's search path.
-static void check_shared_object(const std::string& path) {
-  if (path.find('/') == std::string::npos) return;
-  auto refuse = [&](const std::string& why) { return UsageError(fmt::format("NVML not available: {} {}", path, why)); };
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw refuse(fmt::format("cannot be opened: {}", strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw refuse("is not a regular file");
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  Elf64_Ehdr eh{};
-  if (pread(fd, &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
-    throw refuse("is not an ELF shared object");
-  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_machine != EM_X86_64 ||
-      eh.e_type != ET_DYN)
-    throw refuse("is not an x86-64 ELF shared object");
-  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phoff > size ||
-      uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr) > size - eh.e_phoff)
-    throw refuse(fmt::format("is truncated or damaged: its program headers are not within its {} bytes", size));
-  for (unsigned i = 0; i < eh.e_phnum; i++) {
-    Elf64_Phdr ph{};
-    if (pread(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * sizeof ph)) != static_cast<ssize_t>(sizeof ph))
-      throw refuse("cannot be read");
-    if (ph.p_filesz && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
-      throw refuse(
-          fmt::format("is truncated: segment {} ends at byte {}, the file has {}", i, ph.p_offset + ph.p_filesz, size));
-  }
+void check_library(const std::string& name) {
+  char path[PATH_MAX], why[PATH_MAX + 128];
+  if (gs_lib_resolve(name.c_str(), path, sizeof path) == 0 && gs_lib_check(path, why, sizeof why) == GS_LIB_DAMAGED)
+    throw UsageError(fmt::format("NVML not available: {}", why));
 }
 
 Library::Library(const std::string& path) {
-  check_shared_object(path);
-  dl_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!dl_) throw UsageError(fmt::format("NVML not available: cannot load {}: {}", path, dlerror()));
+  char why[PATH_MAX + 128];
+  if (auto st = gs_dlopen_checked(path.c_str(), RTLD_NOW | RTLD_LOCAL, &dl_, why, sizeof why); st != GS_LIB_OK)
+    throw UsageError(st == GS_LIB_NOT_LOADED ? fmt::format("NVML not available: cannot load {}: {}", path, why)
+                                             : fmt::format("NVML not available: {}", why));
   auto& a = api_;
   bind(dl_, a.init, "nvmlInit_v2");
   bind(dl_, a.shutdown, "nvmlShutdown");

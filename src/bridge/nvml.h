@@ -83,6 +83,10 @@ struct Proc {
   uint64_t used_bytes;  // 0 when NVML cannot say
 };
 
+// Throws UsageError when the file `name` resolves to is there but damaged (truncated, not ELF):
+// loading it would kill the process. One not found is no error here.
+void check_library(const std::string& name);
+
 // The library and its handles; the constructor throws UsageError when NVML is unusable.
 class Library {
  public:

@@ -181,11 +181,15 @@ bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
   return true;
 }
 
+void UprobeSession::open_libs() {
+  disc_ = std::make_unique<Discovery>([this](std::string_view n) { return wanted(n); }, scope_.pids);
+  libs_.clear();
+  for (const auto& lib : scope_.libs) libs_.push_back(disc_->add_path(lib));
+}
+
 void UprobeSession::start() {
   scope_.validate();
-  disc_ = std::make_unique<Discovery>([this](std::string_view n) { return wanted(n); }, scope_.pids);
-  std::vector<CudaObject> libs;
-  for (const auto& lib : scope_.libs) libs.push_back(disc_->add_path(lib));
+  if (!disc_) open_libs();
 
   skel_.reset(session_bpf__open_and_load());
   if (skel_) {
@@ -201,7 +205,8 @@ void UprobeSession::start() {
     fprintf(stderr, "gpuscope: no exec/dlopen hooks (%s): libraries are found by rescans only\n", strerror(errno));
   }
 
-  for (const auto& obj : libs) attach(obj, true);
+  for (const auto& obj : libs_) attach(obj, true);
+  libs_.clear();
   std::vector<CudaObject> found;
   if (scope_.pids.empty())
     for (auto& obj : disc_->scan_ld_cache()) found.push_back(std::move(obj));

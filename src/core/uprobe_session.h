@@ -68,6 +68,9 @@ class UprobeSession {
   // fn(pid) for each process in scope whose mappings may have changed (exec, dlopen), before
   // it is rescanned.
   void on_maps_changed(std::function<void(pid_t)> fn) { maps_changed_.push_back(std::move(fn)); }
+  // Reads the --lib files; throws UsageError for one that is not a CUDA object. start() does
+  // it if it was not done: done first, a bad --lib is refused before anything is loaded.
+  void open_libs();
   // Attaches everything reachable now and starts watching exec and dlopen. Throws UsageError
   // when nothing of a --lib file can be attached.
   void start();
@@ -109,6 +112,7 @@ class UprobeSession {
   bool verbose_;
   std::vector<Client> clients_;
   std::unique_ptr<Discovery> disc_;
+  std::vector<CudaObject> libs_;
   std::unique_ptr<session_bpf, void (*)(session_bpf*)> skel_;
   std::unique_ptr<RingBuffer> notices_;
   std::vector<pid_t> noticed_;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "common/loadable.h"
 #include "core/bpf.h"
 #include "core/discovery.h"
 #include "core/system.h"
@@ -242,8 +244,11 @@ void check_privileges(Doctor& d) {
 
 void check_nvidia(Doctor& d) {
   const char* S = "NVIDIA";
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
+  void* h = nullptr;
+  char why[PATH_MAX + 128];
+  if (gs_dlopen_checked("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL, &h, why, sizeof why) == GS_LIB_DAMAGED) {
+    d.add(S, "nvml", false, why);
+  } else if (!h) {
     d.add(S, "nvml", false, "libnvidia-ml.so.1 not found");
   } else {
     // NVML's C API: nvmlReturn_t is an int enum, 0 = NVML_SUCCESS.

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/loadable.h"
 #include "gputime/gputime.h"
 
 #define GS_EXPORT __attribute__((visibility("default")))
@@ -533,9 +534,16 @@ static void at_exit(void)
 		write_summary();
 }
 
+/* Why the last damaged libcupti was passed over (a truncated copy would fault inside dlopen). */
+static char refused[PATH_MAX + 128];
+
 static void *try_open(const char *path)
 {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	void *h;
+	char why[sizeof refused];
+	enum gs_lib_status st = gs_dlopen_checked(path, RTLD_NOW | RTLD_LOCAL, &h, why, sizeof why);
+	if (st == GS_LIB_DAMAGED)
+		memcpy(refused, why, sizeof refused);
 	return h && dlsym(h, "cuptiActivityEnable") ? h : NULL;
 }
 
@@ -608,7 +616,9 @@ GS_EXPORT int InitializeInjection(void)
 	void *h = find_cupti();
 	if (!h) {
 		const char *env = getenv("GPUSCOPE_CUPTI_PATH");
-		if (env && *env)
+		if (refused[0])
+			say("%s; GPU activity is not recorded", refused);
+		else if (env && *env)
 			say("GPUSCOPE_CUPTI_PATH=%s holds no libcupti; GPU activity is not recorded", env);
 		else
 			say("%s", "no libcupti found (set GPUSCOPE_CUPTI_PATH); GPU activity is not recorded");

@@ -1,6 +1,6 @@
 # libgpuscope-cupti.so: the CUDA injection library, in build/ beside gpuscope (where gpuscope
 # and `gpuscope run` look for it). Plain C, no libstdc++: it is loaded into every CUDA process.
-add_library(gpuscope_cupti SHARED ${CMAKE_CURRENT_LIST_DIR}/cupti_inject.c)
+add_library(gpuscope_cupti SHARED ${CMAKE_CURRENT_LIST_DIR}/cupti_inject.c ${PROJECT_SOURCE_DIR}/src/common/loadable.c)
 set_target_properties(gpuscope_cupti PROPERTIES OUTPUT_NAME gpuscope-cupti C_VISIBILITY_PRESET hidden
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 target_include_directories(gpuscope_cupti PRIVATE ${PROJECT_SOURCE_DIR}/src ${CUDA_INCLUDE_DIR})

@@ -831,27 +831,30 @@ TEST(BridgeBadInput, TruncatedNvmlIsRefusedBeforeTheLoaderTouchesIt) {
   PinDir d;
   StandinFile f;
   f.write(kTwoDevices);
-  std::string lib = tmp_dir("nvml") + "/libnvidia-ml.so.1";
-  std::ifstream in(NVML_STANDIN, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_GT(bytes.size(), 16384u);
+  std::string dir = tmp_dir("nvml"), lib = dir + "/libnvidia-ml.so.1";
   // 8192 bytes: the ELF and program headers are whole; the text segment runs past the end.
-  std::ofstream(lib, std::ios::binary).write(bytes.data(), 8192);
+  ASSERT_TRUE(truncated_copy(NVML_STANDIN, lib, 8192));
   auto r = run({gpuscope_bin(), "bridge", "--nvml", lib, "--pin-dir", d.path}, {f.env()}, 20);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.err.rfind(fmt::format("gpuscope: NVML not available: {} is truncated: segment ", lib), 0), 0u) << r.err;
   EXPECT_NE(r.err.find(", the file has 8192\n"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(d.entries(), 0);
+  // A bare name is checked too, in the file the loader would find (LD_LIBRARY_PATH here).
+  r = run({gpuscope_bin(), "bridge", "--nvml", "libnvidia-ml.so.1", "--pin-dir", d.path},
+          {f.env(), "LD_LIBRARY_PATH=" + dir}, 20);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind(fmt::format("gpuscope: NVML not available: {} is truncated: segment ", lib), 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(d.entries(), 0);
   // Cut inside the program headers, and inside the ELF header.
   for (size_t n : {size_t{70}, size_t{20}}) {
-    std::ofstream(lib, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(n));
+    ASSERT_TRUE(truncated_copy(NVML_STANDIN, lib, n));
     r = run({gpuscope_bin(), "bridge", "--nvml", lib, "--pin-dir", d.path}, {f.env()}, 20);
     EXPECT_EQ(r.exit_code, 2) << n << ": " << r.err;
     EXPECT_EQ(r.err.rfind(fmt::format("gpuscope: NVML not available: {} is ", lib), 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(d.entries(), 0);
   }
-  unlink(lib.c_str());
-  rmdir(lib.substr(0, lib.rfind('/')).c_str());
+  fs::remove_all(dir);
 }

@@ -75,6 +75,31 @@ TEST(GpuTime, LibraryWithoutCuptiSaysSoOnce) {
       << r.err;
 }
 
+// A libcupti cut short would fault inside dlopen and kill the workload (issue 24): the library
+// passes it over with one line, named through GPUSCOPE_CUPTI_PATH (the file, or its directory),
+// and found beside the process's libcudart, and the process carries on.
+TEST(GpuTime, LibraryPassesOverTruncatedCupti) {
+  std::string dir = tmp_file("cupti"), lib = dir + "/libcupti.so.13";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(truncated_copy(CUPTI_STANDIN, lib, 8192));
+  for (const std::string& env : {lib, dir}) {
+    auto r = run({CUPTI_INIT_PROBE, CUPTI_LIB}, {"GPUSCOPE_CUPTI_PATH=" + env});
+    EXPECT_EQ(r.exit_code, 0) << env << ": " << r.err;
+    EXPECT_EQ(r.out, "initialized rc=1 again=1\n") << env;
+    EXPECT_EQ(r.err.rfind("gpuscope-cupti: " + lib + " is truncated: segment ", 0), 0u) << env << ": " << r.err;
+    EXPECT_NE(r.err.find(", the file has 8192; GPU activity is not recorded\n"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << env << ": " << r.err;
+  }
+  // Beside a libcudart the process loaded (then the toolkit's libcupti, a fallback, is taken).
+  for (const char* f : {"libcudart.so.13", "libcuda.so.1"})
+    std::filesystem::copy_file(standin_lib_dir() + "/" + f, dir + "/" + f);
+  auto r = run({CUPTI_INIT_PROBE, CUPTI_LIB, dir + "/libcudart.so.13"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "initialized rc=1 again=1\n");
+  EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 // A real CUDA program (real libcudart, no driver) under gpuscope run: the library is named in
 // its environment and the program's exit status comes back.
 TEST(GpuTime, RunSetsInjectionPath) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -171,6 +172,15 @@ std::string bpf_state() {
     a = b;
   }
   return a;
+}
+
+bool truncated_copy(const std::string& from, const std::string& to, size_t bytes) {
+  std::ifstream in(from, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() <= bytes) return false;
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(bytes));
+  return out.good();
 }
 
 std::string gpuscope_bin() { return GPUSCOPE_BIN; }

@@ -61,6 +61,10 @@ std::string calls_shared();
 std::string calls_static();
 std::string cuda_runtime_lib();
 
+// Writes the first `bytes` bytes of `from` to `to` (a library cut short); false when `from` has
+// no more than that.
+bool truncated_copy(const std::string& from, const std::string& to, size_t bytes);
+
 std::vector<json> parse_lines(const std::string& text);
 // Events matching pid / api / phase ("" = any).
 std::vector<json> select(const std::vector<json>& ev, pid_t pid, const std::string& api, const std::string& phase,

@@ -752,8 +752,10 @@ TEST(Reliability, CorruptProgramHeadersLib) {
     EXPECT_TRUE(eventually([&] { return uprobe_links_on(good) == 0; }, 10)) << took;
   }
 
-  for (std::string sub : {"trace", "latency", "kernels", "memleak"}) {
-    auto r = run({gpuscope_bin(), sub, "--lib", bad, "-d", "5"}, {}, 30);
+  for (std::string sub : {"trace", "latency", "kernels", "memleak", "agent"}) {
+    std::vector<std::string> argv{gpuscope_bin(), sub, "--lib", bad, "-d", "5"};
+    if (sub == "agent") argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+    auto r = run(argv, {}, 30);
     EXPECT_EQ(r.exit_code, 2) << sub << ": " << r.err;
     EXPECT_EQ(count_lines(r.err), 1u) << sub << ": " << r.err;
     EXPECT_NE(r.err.find("--lib " + bad + ": no probe could be attached"), std::string::npos) << sub << ": " << r.err;
@@ -761,11 +763,16 @@ TEST(Reliability, CorruptProgramHeadersLib) {
     EXPECT_EQ(uprobe_links_on(bad), 0u) << sub;
   }
   // The same file named twice, and next to a good one: still refused as a whole.
-  auto r = run({gpuscope_bin(), "memleak", "--lib", good, "--lib", bad, "-d", "5"}, {}, 30);
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-  EXPECT_EQ(uprobe_links_on(bad), 0u);
-  EXPECT_TRUE(eventually([&] { return uprobe_links_on(good) == 0; }, 10));
+  for (std::string sub : {"memleak", "agent"}) {
+    std::vector<std::string> argv{gpuscope_bin(), sub, "--lib", good, "--lib", bad, "-d", "5"};
+    if (sub == "agent") argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+    auto r = run(argv, {}, 30);
+    EXPECT_EQ(r.exit_code, 2) << sub << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1u) << sub << ": " << r.err;
+    EXPECT_NE(r.err.find("--lib " + bad + ": no probe could be attached"), std::string::npos) << sub << ": " << r.err;
+    EXPECT_EQ(uprobe_links_on(bad), 0u) << sub;
+    EXPECT_TRUE(eventually([&] { return uprobe_links_on(good) == 0; }, 10)) << sub;
+  }
   fs::remove_all(dir);
 }
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "../integration/harness.h"
+
 #ifndef GPUSCOPE_BIN
 #error "GPUSCOPE_BIN must name the gpuscope binary"
 #endif
@@ -160,6 +162,23 @@ TEST(Doctor, Nvml) {
     EXPECT_NE(nvml.at("detail"), "libnvidia-ml.so.1 not found");
     dlclose(h);
   }
+}
+
+// An NVML cut short where the loader would find it: named as damaged, not loaded (the loader
+// would fault mapping it).
+TEST(Doctor, TruncatedNvmlIsNamedNotLoaded) {
+  std::string dir = "/tmp/gs-doctor-nvml-" + std::to_string(getpid()), lib = dir + "/libnvidia-ml.so.1";
+  mkdir(dir.c_str(), 0700);
+  ASSERT_TRUE(gstest::truncated_copy(NVML_STANDIN, lib, 8192));
+  Report r = doctor("LD_LIBRARY_PATH=" + dir + " ");
+  unlink(lib.c_str());
+  rmdir(dir.c_str());
+  EXPECT_EQ(r.status, 0);
+  ASSERT_EQ(r.checks.count("nvml"), 1u);
+  EXPECT_FALSE(r.checks.at("nvml").at("ok"));
+  auto detail = r.checks.at("nvml").at("detail").get<std::string>();
+  EXPECT_EQ(detail.rfind(lib + " is truncated: segment ", 0), 0u) << detail;
+  EXPECT_NE(detail.find(", the file has 8192"), std::string::npos) << detail;
 }
 
 TEST(Doctor, FindsTheToolkitCudart) {
