@@ -2,7 +2,8 @@
 # libraries and the tests (benches are left out of `all`); any UB report aborts (-fno-sanitize-recover). The programs
 # the tests trace (tests/fixtures: stand-in CUDA libraries, nvcc-built apps) are left
 # uninstrumented on purpose: they play real applications, and an instrumented library cannot be
-# loaded into an uninstrumented program. BPF objects are built by clang -target bpf, untouched.
+# loaded into an uninstrumented program. BPF objects are built by clang -target bpf, untouched:
+# scripts/test-asan.sh copies the release build's skeletons (GPUSCOPE_BPF_PREBUILT, cmake/Bpf.cmake).
 # scripts/test-asan.sh builds and runs this configuration (build-asan/).
 option(GPUSCOPE_SANITIZE "Build with -fsanitize=address,undefined" OFF)
 set(GPUSCOPE_SANITIZE_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

@@ -1,9 +1,11 @@
 // gpuscope agent: the collectors always on, served as Prometheus metrics and a JSON API.
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -197,32 +199,49 @@ int run_agent(const AgentOptions& o) {
     }
   }
   // Device series: a running bridge's pins, else a bridge run here (before starvation, which
-  // reads the same pins).
+  // reads the same pins). Pins whose writer has gone (the agent or bridge before this one, within
+  // the readers' 10 s of staleness) are taken over at once, now and whenever their writer goes.
   std::unique_ptr<BridgeReader> bridge;
   std::unique_ptr<BridgePublisher> own_bridge;
-  std::string own_bridge_why;
+  std::mutex bridge_mu;
+  std::string own_bridge_why;  // under bridge_mu: why the agent runs no bridge
+  std::atomic<bool> own_bridge_done{false};
+  std::optional<BridgeHolder> tried;  // the holder at the last failed try
+  auto tried_at = std::chrono::steady_clock::now();
+  auto take_bridge_if_free = [&] {
+    if (own_bridge) return false;
+    BridgeHolder h = bridge_holder(o.pin_dir);
+    if (h.publishing) return false;
+    // A failed try is repeated when the pins change hands, and at most every 30 s otherwise.
+    auto now = std::chrono::steady_clock::now();
+    if (tried && tried->pid == h.pid && now - tried_at < std::chrono::seconds(30)) return false;
+    try {
+      BridgeOptions b;
+      b.nvml = o.nvml;
+      b.pin_dir = o.pin_dir;
+      b.poll_interval_ms = o.bridge_poll_ms;
+      b.verbose = o.common.verbose;
+      own_bridge = std::make_unique<BridgePublisher>(b);
+      tried.reset();
+      std::lock_guard g(bridge_mu);
+      own_bridge_why.clear();
+      if (h.pid)
+        fprintf(stderr, "gpuscope: agent: bridge pid %u under %s is not publishing; the agent runs one\n", h.pid,
+                o.pin_dir.c_str());
+      else
+        fprintf(stderr, "gpuscope: agent: no bridge was publishing under %s; the agent runs one\n", o.pin_dir.c_str());
+      return true;
+    } catch (const std::exception& e) {
+      tried = h;
+      tried_at = now;
+      std::lock_guard g(bridge_mu);
+      own_bridge_why = e.what();
+      return false;
+    }
+  };
   if (wanted(names, "bridge")) {
     bridge = std::make_unique<BridgeReader>(o.pin_dir, o.nvml);
-    bool running = false;
-    try {
-      double age_s = 0;
-      bridge->read(&age_s);
-      running = true;
-    } catch (const std::exception&) {
-    }
-    if (!running) {
-      try {
-        BridgeOptions b;
-        b.nvml = o.nvml;
-        b.pin_dir = o.pin_dir;
-        b.poll_interval_ms = o.bridge_poll_ms;
-        b.verbose = o.common.verbose;
-        own_bridge = std::make_unique<BridgePublisher>(b);
-        fprintf(stderr, "gpuscope: agent: no bridge was publishing under %s; the agent runs one\n", o.pin_dir.c_str());
-      } catch (const std::exception& e) {
-        own_bridge_why = e.what();
-      }
-    }
+    take_bridge_if_free();
   }
   std::unique_ptr<StarvationCollector> starvation;
   std::string starvation_note;  // the collector's latest note on the bridge
@@ -301,9 +320,9 @@ int run_agent(const AgentOptions& o) {
     });
   // The bridge ticks on its own thread: the loop's rescans and refreshes must not make its data
   // look stale to its readers (starvation calls it stale after 300 ms).
-  std::mutex bridge_mu;
   std::jthread bridge_thread;
-  if (own_bridge) {
+  auto start_bridge_thread = [&] {
+    own_bridge_done = false;
     pthread_sigmask(SIG_BLOCK, &block, &old);  // signals stay with the loop thread
     bridge_thread = std::jthread([&](std::stop_token stop) {
       auto next = std::chrono::steady_clock::now();
@@ -322,9 +341,21 @@ int run_agent(const AgentOptions& o) {
           break;
         }
       }
+      own_bridge_done = true;
     });
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
+  };
+  if (own_bridge) start_bridge_thread();
+  // The bridge read may stop publishing at any time; so may the agent's own, taken over by
+  // another bridge that may stop in turn.
+  if (bridge)
+    loop.every(0.5, [&] {
+      if (own_bridge && own_bridge_done) {
+        bridge_thread = {};  // joins
+        own_bridge.reset();
+      }
+      if (take_bridge_if_free()) start_bridge_thread();
+    });
   if (starvation)
     loop.every(0.05, [&] {
       try {

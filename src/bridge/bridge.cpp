@@ -145,18 +145,10 @@ class Bridge {
 };
 
 void Bridge::refuse_if_held() {
-  Fd fd(bpf_obj_get(path(kMeta).c_str()));
-  if (!fd || !compatible(fd.get(), skel_->maps.gpu_meta)) return;
-  gpu_meta m{};
-  uint32_t key = 0;
-  if (bpf_map_lookup_elem(fd.get(), &key, &m) != 0) return;
-  // A holder is fresh while it has ticked within a few of its own poll intervals.
-  uint64_t interval_ns = (m.poll_interval_ms ? m.poll_interval_ms : 100) * 1000000ull;
-  uint64_t age = boottime_ns() - m.last_update_boottime_ns;
-  bool fresh = m.last_update_boottime_ns && age <= std::max<uint64_t>(5 * interval_ns, 1000000000ull);
-  if (m.helper_pid != static_cast<uint32_t>(getpid()) && process_alive(m.helper_pid) && fresh)
-    throw UsageError(fmt::format("bridge pid {} is publishing under {} (updated {} ms ago); stop it first",
-                                 m.helper_pid, dir_, age / 1000000));
+  BridgeHolder h = bridge_holder(dir_);
+  if (h.publishing && h.pid != static_cast<uint32_t>(getpid()))
+    throw UsageError(
+        fmt::format("bridge pid {} is publishing under {} (updated {} ms ago); stop it first", h.pid, dir_, h.age_ms));
 }
 
 void Bridge::clear_hash(int fd) {
@@ -522,6 +514,27 @@ void Bridge::start() {
       fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", kPins[i], info.id, info.btf_id,
               reused_[i] ? "reused" : "created");
     }
+}
+
+BridgeHolder bridge_holder(const std::string& pin_dir) {
+  BridgeHolder h;
+  Fd fd(bpf_obj_get((pin_dir + "/" + GPU_PIN_META).c_str()));
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (!fd || bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 || info.type != BPF_MAP_TYPE_ARRAY ||
+      info.key_size != sizeof(uint32_t) || info.value_size != sizeof(gpu_meta))
+    return h;
+  gpu_meta m{};
+  uint32_t key = 0;
+  if (bpf_map_lookup_elem(fd.get(), &key, &m) != 0) return h;
+  h.pid = m.helper_pid;
+  uint64_t now = boottime_ns();
+  h.age_ms = now > m.last_update_boottime_ns ? (now - m.last_update_boottime_ns) / 1000000 : 0;
+  // A holder is fresh while it has ticked within a few of its own poll intervals.
+  uint64_t interval_ms = m.poll_interval_ms ? m.poll_interval_ms : 100;
+  bool fresh = m.last_update_boottime_ns && h.age_ms <= std::max<uint64_t>(5 * interval_ms, 1000);
+  h.publishing = fresh && process_alive(m.helper_pid);
+  return h;
 }
 
 BridgePublisher::BridgePublisher(const BridgeOptions& o) : impl_(std::make_unique<Bridge>(o)) { impl_->start(); }

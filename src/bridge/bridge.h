@@ -1,5 +1,6 @@
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,15 @@ struct BridgeOptions {
 };
 
 int run_bridge(const BridgeOptions& opts);
+
+// Who holds the pins under a directory, judged as a starting bridge judges it: a holder that
+// is not publishing (exited, killed, stopped) is taken over.
+struct BridgeHolder {
+  uint32_t pid = 0;         // helper_pid of the pinned meta; 0 when there is none
+  bool publishing = false;  // alive and ticked within a few of its poll intervals
+  uint64_t age_ms = 0;      // since its last tick
+};
+BridgeHolder bridge_holder(const std::string& pin_dir);
 
 class Bridge;
 

@@ -1016,7 +1016,8 @@ TEST(Agent, RealPrometheus) {
 }
 
 // Device series from a running bridge's pins (on the NVML stand-in), labelled as dcgm-exporter
-// labels them; a bridge that stops turns the collector off without stopping the agent.
+// labels them; a bridge that stops, where the agent cannot run one itself, turns the collector
+// off without stopping the agent.
 TEST(Agent, BridgeDeviceSeries) {
   Workload w;
   PinDir d;
@@ -1080,6 +1081,8 @@ TEST(Agent, BridgeDeviceSeries) {
     EXPECT_EQ(camel, 2 * 17) << "one remark per device series";
   }
 
+  // NVML fails from now on, so the agent cannot take the pins over when the bridge stops.
+  f.write("init_fail 999\n");
   bridge->signal(SIGTERM);
   EXPECT_EQ(bridge->wait(30), 0);
   bridge.reset();
@@ -1099,6 +1102,84 @@ TEST(Agent, BridgeDeviceSeries) {
   g.signal(SIGINT);
   EXPECT_EQ(g.wait(30), 0) << g.err();
   EXPECT_NE(g.err().find("collector bridge is off"), std::string::npos) << g.err();
+}
+
+namespace {
+
+// The agent's command line for the bridge tests: device series and starvation, on the stand-in.
+std::vector<std::string> bridge_agent_argv(const Workload& w, const PinDir& d, std::vector<std::string> extra = {}) {
+  std::vector<std::string> v = {gpuscope_bin(), "agent",  "--json",       "--listen",          "127.0.0.1:0",
+                                "-c",           w.comm(), "--collectors", "starvation,bridge", "--bridge-pin-dir",
+                                d.path,         "--nvml", NVML_STANDIN,   "--interval",        "0.2"};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+// Scrapes until a bridge publishes fresh data that the agent serves: both collectors up, the
+// device's series there, the data under a second old. Returns the last scrape and whether it did.
+bool bridge_fresh_within(int port, double timeout_s, std::string* m) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    *m = http_get(port, "/metrics").body;
+    double age = value_of(*m, "gpuscope_bridge_update_age_seconds", {});
+    if (value_of(*m, "gpuscope_collector_up", {{"collector", "bridge"}}) == 1 &&
+        value_of(*m, "gpuscope_collector_up", {{"collector", "starvation"}}) == 1 && age >= 0 && age < 1 &&
+        value_of(*m, "gpuscope_gpu_utilization_ratio", {{"gpu", "0"}}) == 0.37)
+      return true;
+    sleep_s(0.1);
+  }
+  return false;
+}
+
+}  // namespace
+
+// systemd restarts the agent 5 s after it stops: the next agent finds the pins of a bridge whose
+// writer has gone, still within the readers' 10 s of staleness, and runs the bridge itself at once.
+TEST(Agent, BridgeOfAnAgentThatExitedIsTakenOverAtOnce) {
+  Workload w;
+  PinDir d;
+  StandinFile f;
+  f.write("device 0 util 37 mem_total 85899345920 mem_used 4294967296\n");
+  auto first = run(bridge_agent_argv(w, d, {"-d", "3"}), {f.env()}, 60);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_NE(first.err.find("no bridge was publishing"), std::string::npos) << first.err;
+  sleep_s(1);
+  Process g(bridge_agent_argv(w, d), {f.env()});
+  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
+  int port = parse_lines(g.out()).at(0).at("port").get<int>();
+  std::string m;
+  EXPECT_TRUE(bridge_fresh_within(port, 3, &m)) << m << g.err();
+  EXPECT_NE(g.err().find("is not publishing; the agent runs one"), std::string::npos) << g.err();
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+}
+
+// The bridge the agent reads stops: the agent takes its pins over and keeps its series going.
+TEST(Agent, BridgeThatStopsWhileReadIsTakenOver) {
+  Workload w;
+  PinDir d;
+  StandinFile f;
+  f.write("device 0 util 37 mem_total 85899345920 mem_used 4294967296\n");
+  auto bridge = std::make_unique<Process>(
+      std::vector<std::string>{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path},
+      std::vector<std::string>{f.env()});
+  ASSERT_TRUE(bridge->wait_for("bridge publishing", 10, true)) << bridge->err();
+  Process g(bridge_agent_argv(w, d), {f.env()});
+  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
+  int port = parse_lines(g.out()).at(0).at("port").get<int>();
+  std::string m;
+  ASSERT_TRUE(bridge_fresh_within(port, 5, &m)) << m << g.err();
+  EXPECT_EQ(g.err().find("the agent runs one"), std::string::npos) << g.err();
+  bridge->signal(SIGTERM);
+  EXPECT_EQ(bridge->wait(30), 0);
+  int bridge_pid = bridge->pid();
+  bridge.reset();
+  sleep_s(1.2);  // past a bridge's freshness: served now, the data is the agent's
+  EXPECT_TRUE(bridge_fresh_within(port, 3, &m)) << m << g.err();
+  std::string took = "bridge pid " + std::to_string(bridge_pid) + " under " + d.path + " is not publishing";
+  EXPECT_NE(g.err().find(took + "; the agent runs one"), std::string::npos) << g.err();
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
 }
 
 // A process in a Kubernetes pod's cgroup (made here, in the pids hierarchy) gets its pod,

@@ -425,6 +425,24 @@ TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
   EXPECT_EQ(dm.sm_util_pct, 55u) << "the old fd sees the new bridge's data";
 }
 
+// A bridge restarted a second after the last one exited (within the readers' 10 s of staleness)
+// takes the pins over at once.
+TEST(BridgeLifecycle, BridgeStartedASecondAfterAnotherExitedTakesOver) {
+  PinDir d;
+  StandinFile f;
+  f.write(kTwoDevices);
+  auto first = run(bridge_argv(d, {"-d", "1"}), {f.env()}, 30);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  uint32_t id = map_id(d.pin(GPU_PIN_META));
+  std::this_thread::sleep_for(1s);
+  Bridge second(d, f);
+  EXPECT_NE(second.p.err().find("taken over in place"), std::string::npos) << second.p.err();
+  EXPECT_EQ(map_id(d.pin(GPU_PIN_META)), id);
+  wait_ticks(d, 2);
+  EXPECT_EQ(meta(d).helper_pid, static_cast<uint32_t>(second.p.pid()));
+  EXPECT_LT(gpuscope::boottime_ns() - meta(d).last_update_boottime_ns, 300'000'000u);
+}
+
 TEST(BridgeLifecycle, StaleLiveHolderIsTakenOverAndStepsDown) {
   PinDir d;
   StandinFile f;
