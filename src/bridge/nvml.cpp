@@ -20,7 +20,12 @@ static void bind(void* dl, F& fn, const char* name) {
 
 void check_library(const std::string& name) {
   char path[PATH_MAX], why[PATH_MAX + 128];
-  if (gs_lib_resolve(name.c_str(), path, sizeof path) == 0 && gs_lib_check(path, why, sizeof why) == GS_LIB_DAMAGED)
+  // A path is checked as it is (a FIFO or a device is no library either); a bare name where
+  // the loader would find it.
+  const bool found = name.find('/') != std::string::npos
+                         ? snprintf(path, sizeof path, "%s", name.c_str()) < static_cast<int>(sizeof path)
+                         : gs_lib_resolve(name.c_str(), path, sizeof path) == 0;
+  if (found && gs_lib_check(path, why, sizeof why) == GS_LIB_DAMAGED)
     throw UsageError(fmt::format("NVML not available: {}", why));
 }
 

@@ -75,7 +75,8 @@ static enum gs_lib_status check_fd(int fd, const char *path, char *why, size_t l
 
 enum gs_lib_status gs_lib_check(const char *path, char *why, size_t why_len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Non-blocking: a FIFO named as a library would hold the open until a writer came. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return say(GS_LIB_UNREADABLE, why, why_len, "%s cannot be opened: %s", path, strerror(errno));
 	enum gs_lib_status st = check_fd(fd, path, why, why_len);

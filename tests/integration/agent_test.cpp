@@ -402,6 +402,11 @@ TEST(Agent, BadInput) {
                      "gpuscope: NVML not available: " + lib + " is truncated: segment ");
   expect_usage_error({"--collectors", "bridge", "--nvml", "/etc/passwd"},
                      "gpuscope: NVML not available: /etc/passwd is not an ELF shared object\n");
+  // A FIFO held the open until a signal came.
+  std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_usage_error({"--collectors", "bridge", "--nvml", fifo},
+                     "gpuscope: NVML not available: " + fifo + " is not a regular file\n");
   std::filesystem::remove_all(dir);
 }
 
