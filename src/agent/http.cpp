@@ -27,7 +27,6 @@ namespace gpuscope {
 class ConnectionGuard {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr unsigned kMaxOpen = HttpLimits::kMaxConnections - 32;  // 32: accepted before a cut lands
 
   ConnectionGuard() : sweeper_([this](std::stop_token stop) { sweep_until(stop); }) {}
   ~ConnectionGuard() {
@@ -92,7 +91,7 @@ class ConnectionGuard {
     }
     if (waiting > HttpLimits::kMaxWaiting && oldest_waiting != k)
       cut(oldest_waiting);
-    else if (open > kMaxOpen && oldest != k)
+    else if (open > HttpLimits::kMaxOpen && oldest != k)
       cut(oldest);
   }
   void sweep_until(std::stop_token stop) {

@@ -24,7 +24,12 @@ sockaddr_storage parse_listen(const std::string& text);
 // network, where any pod can open connections and trickle bytes to keep them.
 struct HttpLimits {
   static constexpr unsigned kPerAddress = 8;  // connections per client address
-  static constexpr unsigned kMaxConnections = 256;
+  // Open connections; past this a new one closes the one that has waited longest.
+  static constexpr unsigned kMaxOpen = 224;
+  // What libmicrohttpd accepts at most: well above kMaxOpen, since a connection cut is counted
+  // until libmicrohttpd's thread has closed it, and under load a burst of newcomers came first
+  // (a scraper was refused at once in 1 of 150 tries).
+  static constexpr unsigned kMaxConnections = 512;
   // Connections still sending their request; past this a new one closes the longest waiting.
   static constexpr unsigned kMaxWaiting = 64;
   static constexpr unsigned kRequestS = 3;    // a request must arrive within this, however it trickles

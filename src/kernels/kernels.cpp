@@ -349,8 +349,9 @@ void KernelsCollector::on_event(const gs_k_event& e) {
   if (e.type == GS_K_EV_EXIT) {
     if (comms_[e.pid].empty()) comms_[e.pid] = std::string(e.name, strnlen(e.name, GS_COMM_LEN));
     if (cfg_.naming_only) {
-      // Its last launches may still be queued in trace's ring buffer.
+      // Its last launches may still be queued in trace's ring buffer: its names stay a while.
       forget_at_.emplace_back(e.pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+      forget_announced({e.pid});
       return;
     }
     exits_.insert(e.pid);
@@ -487,6 +488,15 @@ void KernelsCollector::finish_exits() {
   forget(pids);
 }
 
+void KernelsCollector::forget_announced(const std::set<uint32_t>& pids) {
+  int fd = bpf_map__fd(skel_->maps.announced);
+  std::vector<gs_k_named_key> said;
+  for_each_entry<gs_k_named_key, uint64_t>(fd, [&](const gs_k_named_key& k, uint64_t) {
+    if (pids.count(k.pid)) said.push_back(k);
+  });
+  for (auto& k : said) bpf_map_delete_elem(fd, &k);
+}
+
 void KernelsCollector::forget(const std::set<uint32_t>& pids) {
   int afd = bpf_map__fd(skel_->maps.aliases);
   std::vector<gs_k_alias_key> dead;
@@ -494,12 +504,7 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
     if (pids.count(k.pid)) dead.push_back(k);
   });
   for (auto& k : dead) bpf_map_delete_elem(afd, &k);
-  int nfd = bpf_map__fd(skel_->maps.announced);
-  std::vector<gs_k_named_key> said;
-  for_each_entry<gs_k_named_key, uint64_t>(nfd, [&](const gs_k_named_key& k, uint64_t) {
-    if (pids.count(k.pid)) said.push_back(k);
-  });
-  for (auto& k : said) bpf_map_delete_elem(nfd, &k);
+  forget_announced(pids);
   auto gone = [&](uint32_t pid) { return pids.count(pid) > 0; };
   std::erase_if(names_, [&](auto& kv) { return gone(kv.first.first); });
   std::erase_if(resolved_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });

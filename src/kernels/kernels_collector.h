@@ -133,7 +133,8 @@ class KernelsCollector {
   void retry_unknown(const std::set<uint32_t>* only = nullptr);
   std::map<Key, uint64_t> read_counts(const std::set<uint32_t>* only = nullptr);
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
-  void forget(const std::set<uint32_t>& pids);  // every name and state of exited processes
+  void forget_announced(const std::set<uint32_t>& pids);  // at its exit: it calls nothing again
+  void forget(const std::set<uint32_t>& pids);            // every name and state of exited processes
   DriverLayout* driver_layout(pid_t pid);
   void learn_layout(pid_t pid, DriverLayout& l);
   std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
