@@ -488,22 +488,24 @@ void KernelsCollector::finish_exits() {
   forget(pids);
 }
 
-void KernelsCollector::forget_announced(const std::set<uint32_t>& pids) {
-  int fd = bpf_map__fd(skel_->maps.announced);
-  std::vector<gs_k_named_key> said;
-  for_each_entry<gs_k_named_key, uint64_t>(fd, [&](const gs_k_named_key& k, uint64_t) {
-    if (pids.count(k.pid)) said.push_back(k);
+namespace {
+// Deletes the entries of a map keyed by a struct with a pid whose pid is one of these.
+template <class K>
+void delete_pids(int fd, const std::set<uint32_t>& pids) {
+  std::vector<K> dead;
+  for_each_entry<K, uint64_t>(fd, [&](const K& k, uint64_t) {
+    if (pids.count(k.pid)) dead.push_back(k);
   });
-  for (auto& k : said) bpf_map_delete_elem(fd, &k);
+  for (auto& k : dead) bpf_map_delete_elem(fd, &k);
+}
+}  // namespace
+
+void KernelsCollector::forget_announced(const std::set<uint32_t>& pids) {
+  delete_pids<gs_k_named_key>(bpf_map__fd(skel_->maps.announced), pids);
 }
 
 void KernelsCollector::forget(const std::set<uint32_t>& pids) {
-  int afd = bpf_map__fd(skel_->maps.aliases);
-  std::vector<gs_k_alias_key> dead;
-  for_each_entry<gs_k_alias_key, uint64_t>(afd, [&](const gs_k_alias_key& k, uint64_t) {
-    if (pids.count(k.pid)) dead.push_back(k);
-  });
-  for (auto& k : dead) bpf_map_delete_elem(afd, &k);
+  delete_pids<gs_k_alias_key>(bpf_map__fd(skel_->maps.aliases), pids);
   forget_announced(pids);
   auto gone = [&](uint32_t pid) { return pids.count(pid) > 0; };
   std::erase_if(names_, [&](auto& kv) { return gone(kv.first.first); });
