@@ -203,6 +203,7 @@ void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
 
 void KernelsCollector::tick() {
   learn_new_keys();
+  if (!said_gone_.empty()) forget_announced(std::exchange(said_gone_, {}));
   auto now = std::chrono::steady_clock::now();
   // trace snapshots every process it notices, but only those that launched report their exit:
   // the others are forgotten once seen gone twice, so that their symbol tables are let go.
@@ -351,7 +352,7 @@ void KernelsCollector::on_event(const gs_k_event& e) {
     if (cfg_.naming_only) {
       // Its last launches may still be queued in trace's ring buffer: its names stay a while.
       forget_at_.emplace_back(e.pid, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-      forget_announced({e.pid});
+      said_gone_.insert(e.pid);  // its 'announced' entries go at the next tick, with the others'
       return;
     }
     exits_.insert(e.pid);

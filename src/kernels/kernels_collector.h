@@ -176,7 +176,9 @@ class KernelsCollector {
   uint64_t naming_events_ = 0;  // names, handle links and layouts learned so far
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
   std::chrono::steady_clock::time_point next_sweep_{};
-  std::set<pid_t> seen_dead_;  // naming only: gone at the last sweep
+  std::set<pid_t> seen_dead_;
+  std::set<uint32_t> said_gone_;  // naming only: exited, their 'announced' entries not yet deleted  // naming only:
+                                  // gone at the last sweep
 };
 
 }  // namespace gpuscope
