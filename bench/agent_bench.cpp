@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "agent/agent.h"
+#include "cmd/agent/agent.h"
 #include "kernels/kernels.h"
 
 using namespace gpuscope;

@@ -10,8 +10,7 @@ target_link_libraries(gpuscope_cupti PRIVATE ${CMAKE_DL_LIBS} pthread)
 target_link_options(gpuscope_cupti PRIVATE -Wl,-z,defs)
 
 gpuscope_bpf(gputime ${CMAKE_CURRENT_LIST_DIR}/gputime.bpf.c)
-add_library(gpuscope_gputime STATIC ${CMAKE_CURRENT_LIST_DIR}/gputime.cpp ${CMAKE_CURRENT_LIST_DIR}/timeline.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/timeline_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/run_cmd.cpp)
+add_library(gpuscope_gputime STATIC ${CMAKE_CURRENT_LIST_DIR}/gputime.cpp ${CMAKE_CURRENT_LIST_DIR}/timeline.cpp)
 add_dependencies(gpuscope_gputime gputime_skel gpuscope_cupti)
-target_link_libraries(gpuscope_gputime PUBLIC gpuscope_trace)
+target_link_libraries(gpuscope_gputime PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_gputime)

@@ -1,8 +1,8 @@
 // The overhead governor's and the anomaly rules' decisions, on given numbers.
 #include <gtest/gtest.h>
 
-#include "agent/anomaly.h"
-#include "agent/governor.h"
+#include "cmd/agent/anomaly.h"
+#include "cmd/agent/governor.h"
 
 using namespace gpuscope;
 

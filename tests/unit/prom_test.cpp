@@ -7,9 +7,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "agent/http.h"
-#include "agent/labels.h"
-#include "agent/prom.h"
+#include "cmd/agent/http.h"
+#include "cmd/agent/labels.h"
+#include "cmd/agent/prom.h"
 #include "core/system.h"
 
 using namespace gpuscope;

@@ -1,5 +1,3 @@
-#include "trace/trace_cmd.h"
-
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/output.h"

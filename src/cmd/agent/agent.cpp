@@ -1,4 +1,4 @@
-#include "agent/agent.h"
+#include "cmd/agent/agent.h"
 
 #include <dirent.h>
 #include <sys/resource.h>

@@ -1,4 +1,4 @@
-#include "agent/labels.h"
+#include "cmd/agent/labels.h"
 
 #include <dirent.h>
 

@@ -1,4 +1,4 @@
-#include "agent/devices.h"
+#include "cmd/agent/devices.h"
 
 #include <bpf/bpf.h>
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-#include "agent/prom.h"
+#include "cmd/agent/prom.h"
 
 #include <fmt/format.h>
 

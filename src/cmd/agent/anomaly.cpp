@@ -1,4 +1,4 @@
-#include "agent/anomaly.h"
+#include "cmd/agent/anomaly.h"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/prom.h"
+#include "cmd/agent/prom.h"
 #include "bridge/bridge_maps.h"
 
 namespace gpuscope {

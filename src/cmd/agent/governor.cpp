@@ -1,4 +1,4 @@
-#include "agent/governor.h"
+#include "cmd/agent/governor.h"
 
 #include <sys/resource.h>
 

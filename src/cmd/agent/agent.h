@@ -16,12 +16,12 @@
 #include <tuple>
 #include <vector>
 
-#include "agent/anomaly.h"
-#include "agent/devices.h"
-#include "agent/governor.h"
-#include "agent/http.h"
-#include "agent/labels.h"
-#include "agent/prom.h"
+#include "cmd/agent/anomaly.h"
+#include "cmd/agent/devices.h"
+#include "cmd/agent/governor.h"
+#include "cmd/agent/http.h"
+#include "cmd/agent/labels.h"
+#include "cmd/agent/prom.h"
 #include "core/bpf.h"
 #include "gputime/gputime_collector.h"
 #include "ioctl/ioctl_collector.h"

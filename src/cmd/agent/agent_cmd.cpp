@@ -15,8 +15,8 @@
 #include <set>
 #include <sstream>
 
-#include "agent/agent.h"
-#include "agent/http.h"
+#include "cmd/agent/agent.h"
+#include "cmd/agent/http.h"
 #include "bridge/bridge.h"
 #include "bridge/nvml.h"
 #include "core/cli.h"

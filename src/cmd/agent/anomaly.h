@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/prom.h"
+#include "cmd/agent/prom.h"
 
 namespace gpuscope {
 

@@ -1,4 +1,4 @@
-#include "agent/http.h"
+#include "cmd/agent/http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
