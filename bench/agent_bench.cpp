@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "cmd/agent/agent.h"
+#include "cmd/agent/collectors/registry.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_collector.h"
 
 using namespace gpuscope;
 
@@ -27,15 +29,19 @@ int main(int argc, char** argv) {
                       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, " +
                           std::to_string(k) + ")",
                       "libtorch_cuda.so", 1000 + k});
-  AgentView view({kernels, 60, "/nonexistent"});
+  AgentOptions o;
+  o.max_kernels = kernels;
+  o.pods_dir = "/nonexistent";
+  std::vector<std::unique_ptr<AgentCollector>> feed;
+  feed.push_back(make_kernels_collector([&rows] { return rows; }));
+  Agent view(o, std::move(feed), nullptr);
+  view.start(nullptr);
   std::vector<double> refresh_s, serve_s;
   size_t bytes = 0;
   for (unsigned r = 0; r < rounds; r++) {
     for (auto& row : rows) row.launches += 7;
-    AgentInput in;
-    in.kernels = &rows;
     auto t0 = std::chrono::steady_clock::now();
-    view.refresh(in);
+    view.refresh();
     auto t1 = std::chrono::steady_clock::now();
     HttpReply rep = view.serve("/metrics");
     auto t2 = std::chrono::steady_clock::now();

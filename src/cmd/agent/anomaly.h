@@ -35,14 +35,21 @@ struct AnomalyEvent {
   double rate_per_s = 0;   // error_burst
 };
 
-class AnomalyRules {
- public:
-  static constexpr const char* kRules[] = {"unexpected_allocation", "memory_growth", "error_burst"};
+// What the rules read at a refresh, filled by the collectors that have it.
+struct AnomalyInput {
   struct ProcMem {
     uint32_t pid;
     std::string comm;
     uint64_t gpu_bytes;  // device memory outstanding
   };
+  std::vector<ProcMem> procs;              // running processes
+  std::map<std::string, uint64_t> errors;  // failed calls so far per API
+};
+
+class AnomalyRules {
+ public:
+  static constexpr const char* kRules[] = {"unexpected_allocation", "memory_growth", "error_burst"};
+  using ProcMem = AnomalyInput::ProcMem;
   explicit AnomalyRules(AnomalyConfig cfg) : cfg_(cfg) {}
 
   // One refresh: the running processes' memory, failed calls so far per API (totals since

@@ -1,0 +1,234 @@
+// Kernel launches per process and kernel, named; /api/kernels with the GPU time of each kernel.
+#include <algorithm>
+#include <set>
+
+#include "cmd/agent/collectors/gputime.h"
+#include "cmd/agent/collectors/registry.h"
+#include "core/event_loop.h"
+#include "core/output.h"
+#include "core/uprobe_session.h"
+#include "kernels/kernels_collector.h"
+
+namespace gpuscope {
+
+namespace {
+
+using T = PromSet::Type;
+using KernelKey = std::pair<std::string, std::string>;  // (kernel, module)
+
+struct KernelsOfProcess {
+  std::map<KernelKey, uint64_t> kernels;  // launches, handles naming the same kernel summed
+  uint64_t graph_launches = 0;
+  std::set<KernelKey> named;  // kernels with their own series (sticky, at most --max-kernels-per-process)
+  uint64_t launches() const {
+    uint64_t n = 0;
+    for (auto& [_, c] : kernels) n += c;
+    return n;
+  }
+};
+
+class KernelsAgent final : public AgentCollector {
+ public:
+  explicit KernelsAgent(std::function<std::vector<KernelRow>()> rows = {}) : rows_(std::move(rows)) {}
+  std::string_view name() const override { return "kernels"; }
+  bool uses_session() const override { return !rows_; }
+
+  void load(AgentHost& host) override {
+    host_ = &host;
+    if (rows_) return;
+    collector_ = std::make_unique<KernelsCollector>(
+        *host.session, KernelsCollector::Config{host.options.scope.comm, CountLayer::Auto, false, kMaxRows});
+    collector_->on_exit([this](uint32_t pid, const std::vector<KernelRow>& rows) { exited(pid, rows); });
+  }
+
+  void start(AgentHost& host, EventLoop& loop) override {
+    if (!collector_) return;
+    collector_->start(*host.session);
+    collector_->watch(loop);
+    // Names are learnt four times a second rather than at every wake-up: each learning walks
+    // the whole count map, and the agent's other timers wake it often.
+    loop.every(0.25, [this] { collector_->tick(); });
+  }
+
+  void take() override {
+    std::map<uint32_t, std::vector<KernelRow>> by_pid;
+    for (auto& r : rows_ ? rows_() : collector_->snapshot()) by_pid[r.pid].push_back(std::move(r));
+    for (auto& [pid, rows] : by_pid) {
+      ProcEntry& p = host_->procs.live(pid, rows.front().comm);
+      set_rows(procs_[p.id], pid, rows);
+      p.seen = true;
+    }
+  }
+
+  void settle(const RefreshSeq&) override {
+    for (auto& [_, p] : procs_) choose_named(p);
+  }
+
+  // Every process's comm is counted, with 0 where it launched nothing.
+  void fold(const ProcEntry& e) override {
+    auto it = procs_.find(e.id);
+    uint64_t& n = folded_[comm_key(e)];
+    if (it == procs_.end()) return;
+    n += it->second.launches();
+    procs_.erase(it);
+  }
+
+  void metrics(PromSet& m) override {
+    m.family("gpuscope_kernel_launches_total", T::counter,
+             "Kernel launches per process and kernel; kernels beyond the busiest --max-kernels-per-process are "
+             "summed in kernel=\"other\"");
+    m.family("gpuscope_graph_launches_total", T::counter, "CUDA graph launches per process");
+    m.family("gpuscope_comm_kernel_launches_total", T::counter,
+             "Kernel launches per process name and container, exited processes included");
+    std::map<CommKey, uint64_t> comm = folded_;
+    host_->procs.each([&](const ProcEntry& e) {
+      auto it = procs_.find(e.id);
+      uint64_t& all = comm[comm_key(e)];
+      if (it == procs_.end()) return;
+      const KernelsOfProcess& p = it->second;
+      all += p.launches();
+      auto l = e.prom_labels();
+      uint64_t other = 0;
+      for (auto& [k, n] : p.kernels) {
+        if (!p.named.count(k)) {
+          other += n;
+          continue;
+        }
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", k.first}, {"module", k.second}}, static_cast<double>(n));
+      }
+      if (other || p.kernels.size() > p.named.size())
+        m.add("gpuscope_kernel_launches_total", l, {{"kernel", "other"}, {"module", ""}}, static_cast<double>(other));
+      if (p.graph_launches) m.add("gpuscope_graph_launches_total", l, static_cast<double>(p.graph_launches));
+    });
+    for (auto& [k, n] : comm) m.add("gpuscope_comm_kernel_launches_total", comm_labels(k), static_cast<double>(n));
+  }
+
+  void process_json(const ProcEntry& e, JsonLine& j) const override {
+    auto it = procs_.find(e.id);
+    static const KernelsOfProcess none;
+    const KernelsOfProcess& p = it == procs_.end() ? none : it->second;
+    j.num("kernel_launches", p.launches()).num("graph_launches", p.graph_launches).num("kernels", p.kernels.size());
+  }
+
+  std::vector<std::string> paths() const override { return {"/api/kernels"}; }
+
+  void endpoints(std::map<std::string, Endpoint>& out) override {
+    fmt::memory_buffer b;
+    JsonLine j(b);
+    j.begin_array("kernels");
+    const AgentCollector* gputime = host_->find("gputime");
+    host_->procs.each([&](const ProcEntry& e) {
+      auto it = procs_.find(e.id);
+      api_rows(j, e, it == procs_.end() ? nullptr : &it->second, gputime_of(gputime, e.id));
+    });
+    j.end_array().end();
+    out["/api/kernels"] = {std::string(b.data(), b.size())};
+  }
+
+  void lost(LostCounts& out) const override {
+    if (!collector_) return;
+    auto s = collector_->stats();
+    out["row_map_full"] = s.rows_full;
+    out["naming_events"] = s.lost;
+  }
+
+  void defer_events(bool on) override {
+    if (collector_) collector_->defer_exits(on);
+  }
+  void drain() override {
+    if (collector_) collector_->drain();
+  }
+
+ private:
+  // The agent's count map beside others: within its 20 MB of maps.
+  static constexpr uint32_t kMaxRows = 16384;
+
+  static void set_rows(KernelsOfProcess& p, uint32_t pid, const std::vector<KernelRow>& rows) {
+    p.kernels.clear();
+    p.graph_launches = 0;
+    for (auto& r : rows) {
+      if (r.pid != pid) continue;
+      if (r.graph())
+        p.graph_launches += r.launches;
+      else
+        p.kernels[{r.kernel, r.module}] += r.launches;
+    }
+  }
+
+  // A process's final rows: its life has ended.
+  void exited(uint32_t pid, const std::vector<KernelRow>& rows) {
+    ProcEntry* e = host_->procs.ended(pid, rows.empty() ? "" : rows.front().comm, !rows.empty());
+    if (e && !rows.empty()) set_rows(procs_[e->id], pid, rows);
+  }
+
+  void choose_named(KernelsOfProcess& p) const {
+    const size_t max = host_->options.max_kernels;
+    // A row first seen unnamed ("[unknown …]") is renamed once its name is learnt: the old key goes.
+    std::erase_if(p.named, [&](const KernelKey& k) { return !p.kernels.count(k); });
+    std::vector<std::pair<uint64_t, KernelKey>> fresh;
+    for (auto& [k, n] : p.kernels)
+      if (!p.named.count(k)) fresh.push_back({n, k});
+    std::sort(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    // Once named, a kernel keeps its series, so that no counter of it ever goes backwards.
+    for (auto& [n, k] : fresh) {
+      if (p.named.size() >= max) break;
+      p.named.insert(k);
+    }
+  }
+
+  // One process's /api/kernels rows: GPU time goes on the first row of its kernel's name, under
+  // the same top-N rule as /metrics; kernels timed on the GPU that no counted launch names
+  // (launched before the agent came) get rows of their own.
+  static void api_rows(JsonLine& j, const ProcEntry& e, const KernelsOfProcess* k, const GpuTimeOfProcess* g) {
+    static const KernelsOfProcess no_launches;
+    static const GpuTimeOfProcess no_gpu_time;
+    const KernelsOfProcess& p = k ? *k : no_launches;
+    const GpuTimeOfProcess& gt = g ? *g : no_gpu_time;
+    uint64_t other = 0;
+    std::vector<std::pair<uint64_t, const KernelKey*>> v;
+    for (auto& [key, n] : p.kernels)
+      if (p.named.count(key))
+        v.push_back({n, &key});
+      else
+        other += n;
+    std::sort(v.begin(), v.end(), [](auto& a, auto& c) { return a.first > c.first; });
+    std::set<std::string> gpu_done;
+    KernelGpuTime gpu_other;
+    for (auto& [name, t] : gt.kernels)
+      if (!gt.named.count(name)) gpu_other += t;
+    bool has_gpu_other = gt.kernels.size() > gt.named.size();
+    auto row = [&](const std::string& kernel, const std::string& mod, uint64_t n, const KernelGpuTime* t) {
+      j.begin_object().num("pid", e.pid).str("comm", e.comm).str("container", e.labels.container);
+      j.str("kernel", kernel).str("module", mod).num("launches", n);
+      if (t) {
+        j.num("gpu_kernels", t->count).num("gpu_time_ns", t->total_ns);
+        j.num("gpu_mean_ns", t->count ? t->total_ns / t->count : 0).num("gpu_max_ns", t->max_ns);
+      }
+      j.end_object();
+    };
+    auto gpu_of = [&](const std::string& name) -> const KernelGpuTime* {
+      if (!gt.named.count(name) || !gpu_done.insert(name).second) return nullptr;
+      return &gt.kernels.at(name);
+    };
+    for (auto& [n, key] : v) row(key->first, key->second, n, gpu_of(key->first));
+    for (auto& name : gt.named)
+      if (!gpu_done.count(name)) row(name, "", 0, &gt.kernels.at(name));
+    if (p.kernels.size() > p.named.size() || has_gpu_other)
+      row("other", "", other, has_gpu_other ? &gpu_other : nullptr);
+  }
+
+  std::function<std::vector<KernelRow>()> rows_;
+  AgentHost* host_ = nullptr;
+  std::unique_ptr<KernelsCollector> collector_;
+  std::map<uint64_t, KernelsOfProcess> procs_;
+  std::map<CommKey, uint64_t> folded_;  // launches of processes whose series went
+};
+
+}  // namespace
+
+std::unique_ptr<AgentCollector> make_kernels_collector() { return std::make_unique<KernelsAgent>(); }
+std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows) {
+  return std::make_unique<KernelsAgent>(std::move(rows));
+}
+
+}  // namespace gpuscope

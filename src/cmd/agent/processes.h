@@ -1,0 +1,80 @@
+#pragma once
+// The processes the agent exports series for, shared by its collectors: each collector keeps its
+// own per-process state keyed by ProcEntry::id (a pid may be reused while the old life's series
+// are still exported) and marks the processes it saw at each refresh. A process no collector saw
+// and whose end no collector reported has ended too. An ended process keeps its series until a
+// scrape has seen their final values (or --retain-exited passes), then folds: each collector
+// forgets it, keeping per-comm totals.
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "cmd/agent/labels.h"
+#include "cmd/agent/prom.h"
+
+namespace gpuscope {
+
+struct ProcEntry {
+  uint64_t id = 0;  // this life of the pid
+  uint32_t pid = 0;
+  std::string comm;
+  ProcLabels labels;
+  bool exited = false;
+  std::chrono::steady_clock::time_point exited_at{};
+  uint64_t published_seq = 0;  // once ended: the first publication that held its final values
+  bool seen = false;           // in this refresh's snapshots
+
+  PromLabels prom_labels() const;
+};
+
+// Totals of one comm in one container: what ended processes leave behind.
+using CommKey = std::tuple<std::string, std::string, std::string, std::string>;  // comm, container, pod, ns
+inline CommKey comm_key(const std::string& comm, const ProcLabels& l) { return {comm, l.container, l.pod, l.ns}; }
+inline CommKey comm_key(const ProcEntry& p) { return comm_key(p.comm, p.labels); }
+PromLabels comm_labels(const CommKey& k);
+
+class ProcessTable {
+ public:
+  ProcessTable(std::string pods_dir, double retain_exited_s)
+      : labels_(std::move(pods_dir)), retain_s_(retain_exited_s) {}
+
+  // The running process, added when new.
+  ProcEntry& live(uint32_t pid, const std::string& comm);
+  // The running process, else its latest ended life, else a new running one.
+  ProcEntry& any(uint32_t pid, const std::string& comm);
+  // Its life has ended: the ended entry (a new one when add_unknown and the pid was not known).
+  ProcEntry* ended(uint32_t pid, const std::string& comm, bool add_unknown);
+  bool running(uint32_t pid) const { return live_.count(pid) != 0; }
+
+  // A refresh: begin() clears every `seen`; the collectors take; end() ends what none saw and
+  // folds, through `fold`, what was scraped after its end.
+  void begin();
+  void end(uint64_t seq, uint64_t scraped, const std::function<void(const ProcEntry&)>& fold);
+
+  template <class F>
+  void each(F fn) const {
+    for (auto& [_, p] : live_) fn(p);
+    for (auto& p : gone_) fn(p);
+  }
+  size_t running_count() const { return live_.size(); }
+  size_t exited_count() const { return gone_.size(); }
+  LabelCache& labels() { return labels_; }
+
+ private:
+  ProcEntry* latest_gone(uint32_t pid);
+  void retire(uint32_t pid);
+
+  LabelCache labels_;
+  double retain_s_;
+  uint64_t next_id_ = 1;
+  std::map<uint32_t, ProcEntry> live_;
+  std::deque<ProcEntry> gone_;
+};
+
+}  // namespace gpuscope
