@@ -45,7 +45,7 @@ struct Reply {
   std::string body;
 };
 
-Reply http_get(int port, const std::string& path) {
+Reply http_request(int port, const std::string& method, const std::string& path, const std::string& body = "") {
   Reply r;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -56,7 +56,9 @@ Reply http_get(int port, const std::string& path) {
     close(fd);
     return r;
   }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n";
+  if (!body.empty()) req += "Content-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
   (void)!write(fd, req.data(), req.size());
   std::string all;
   char buf[65536];
@@ -68,6 +70,8 @@ Reply http_get(int port, const std::string& path) {
   r.body = all.substr(hdr + 4);
   return r;
 }
+
+Reply http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
 
 std::string fmt_hex(unsigned char c) {
   char b[4];
@@ -667,6 +671,13 @@ TEST(Agent, MetricsAndApi) {
   EXPECT_GT(value_of(m, "process_resident_memory_bytes", {}), 1e6);
   EXPECT_GT(value_of(m, "process_open_fds", {}), 3);
   EXPECT_EQ(http_get(a.port(), "/nothing").status, 404);
+  // A request with a body is answered, not dropped: 405 for a method other than GET.
+  EXPECT_EQ(http_request(a.port(), "POST", "/metrics", "a=1").status, 405);
+  EXPECT_EQ(http_request(a.port(), "PUT", "/api/health", std::string(100000, 'x')).status, 405);
+  EXPECT_EQ(http_request(a.port(), "POST", "/metrics").status, 405);
+  Reply with_body = http_request(a.port(), "GET", "/api/health", "ignored");
+  EXPECT_EQ(with_body.status, 200);
+  EXPECT_NE(with_body.body.find("\"collectors\""), std::string::npos) << with_body.body;
 
   live.signal(SIGUSR1);
   EXPECT_EQ(live.wait(20), 0);
