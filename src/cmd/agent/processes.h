@@ -39,6 +39,44 @@ inline CommKey comm_key(const std::string& comm, const ProcLabels& l) { return {
 inline CommKey comm_key(const ProcEntry& p) { return comm_key(p.comm, p.labels); }
 PromLabels comm_labels(const CommKey& k);
 
+// A collector's state per process life, and what the lives folded leave to their comm's totals.
+template <class State>
+class PerProcess {
+ public:
+  State& operator[](uint64_t id) { return lives_[id]; }
+  const State* find(uint64_t id) const {
+    auto it = lives_.find(id);
+    return it == lives_.end() ? nullptr : &it->second;
+  }
+  void erase(uint64_t id) { lives_.erase(id); }
+  // A life's series went: total(state) joins its comm's (0 where it had no state: every comm
+  // seen is counted).
+  template <class Total>
+  void fold(const ProcEntry& e, Total total) {
+    uint64_t& n = folded_[comm_key(e)];
+    auto it = lives_.find(e.id);
+    if (it == lives_.end()) return;
+    n += total(it->second);
+    lives_.erase(it);
+  }
+  // Per comm: the lives folded plus those of `table`.
+  template <class Table, class Total>
+  std::map<CommKey, uint64_t> comm_totals(const Table& table, Total total) const {
+    std::map<CommKey, uint64_t> comm = folded_;
+    table.each([&](const ProcEntry& e) {
+      uint64_t& n = comm[comm_key(e)];
+      if (auto* s = find(e.id)) n += total(*s);
+    });
+    return comm;
+  }
+  auto begin() { return lives_.begin(); }
+  auto end() { return lives_.end(); }
+
+ private:
+  std::map<uint64_t, State> lives_;
+  std::map<CommKey, uint64_t> folded_;
+};
+
 class ProcessTable {
  public:
   ProcessTable(std::string pods_dir, double retain_exited_s)

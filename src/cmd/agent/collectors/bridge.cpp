@@ -104,9 +104,9 @@ class BridgeAgent final : public AgentCollector {
              "Memory controller utilization by the process on the GPU, 0-1");
     m.family("gpuscope_process_gpu_memory_used_bytes", T::gauge, "Device memory the process holds on the GPU (NVML)");
     host_->procs.each([&](const ProcEntry& e) {
-      auto it = procs_.find(e.id);
-      if (it == procs_.end()) return;
-      for (auto& [gpu, g] : it->second) {
+      auto* gpus = procs_.find(e.id);
+      if (!gpus) return;
+      for (auto& [gpu, g] : *gpus) {
         const PromLabels d{{"gpu", std::to_string(gpu)}};
         m.add("gpuscope_process_gpu_utilization_ratio", e.prom_labels(), d, g.sm_util_pct / 100.0);
         m.add("gpuscope_process_gpu_memory_utilization_ratio", e.prom_labels(), d, g.mem_util_pct / 100.0);
@@ -117,10 +117,10 @@ class BridgeAgent final : public AgentCollector {
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
-    auto it = procs_.find(e.id);
-    if (it == procs_.end() || it->second.empty()) return;
+    auto* gpus = procs_.find(e.id);
+    if (!gpus || gpus->empty()) return;
     j.begin_array("gpus");
-    for (auto& [gpu, g] : it->second) {
+    for (auto& [gpu, g] : *gpus) {
       j.begin_object().num("gpu", gpu).real("sm_utilization_ratio", g.sm_util_pct / 100.0, 2);
       j.real("memory_utilization_ratio", g.mem_util_pct / 100.0, 2).num("memory_used_bytes", g.used_gpu_memory_bytes);
       j.end_object();
@@ -220,7 +220,7 @@ class BridgeAgent final : public AgentCollector {
   std::vector<ProcessGpuSample> on_gpus_;
   bool read_ok_ = false;
   double age_s_ = 0;
-  std::map<uint64_t, std::map<unsigned, gpu_pid_device>> procs_;  // by device, as the bridge lists it now
+  PerProcess<std::map<unsigned, gpu_pid_device>> procs_;  // by device, as the bridge lists it now
 };
 
 }  // namespace

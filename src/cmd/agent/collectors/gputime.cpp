@@ -132,9 +132,9 @@ class GpuTimeAgent final : public AgentCollector {
              "Share of the time this agent asks libgpuscope-cupti.so to record (--gputime-duty; 1: always)");
     m.add("gpuscope_gputime_duty_ratio", {}, static_cast<double>(on_ms_) / period_ms_);
     host_->procs.each([&](const ProcEntry& e) {
-      auto it = procs_.find(e.id);
-      if (it == procs_.end()) return;
-      const GpuTimeOfProcess& p = it->second;
+      const GpuTimeOfProcess* g = procs_.find(e.id);
+      if (!g) return;
+      const GpuTimeOfProcess& p = *g;
       auto l = e.prom_labels();
       auto one = [&](const std::string& kernel, const KernelGpuTime& t) {
         auto x = l;
@@ -155,10 +155,10 @@ class GpuTimeAgent final : public AgentCollector {
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
-    auto it = procs_.find(e.id);
-    if (it == procs_.end()) return;
+    const GpuTimeOfProcess* g = procs_.find(e.id);
+    if (!g) return;
     j.begin_array("gpu_busy");
-    for (auto& [dev, ns] : it->second.busy_ns) j.begin_object().num("device", dev).num("busy_ns", ns).end_object();
+    for (auto& [dev, ns] : g->busy_ns) j.begin_object().num("device", dev).num("busy_ns", ns).end_object();
     j.end_array();
   }
 
@@ -187,10 +187,7 @@ class GpuTimeAgent final : public AgentCollector {
     if (collector_) collector_->stop();
   }
 
-  const GpuTimeOfProcess* of(uint64_t id) const {
-    auto it = procs_.find(id);
-    return it == procs_.end() ? nullptr : &it->second;
-  }
+  const GpuTimeOfProcess* of(uint64_t id) const { return procs_.find(id); }
 
  private:
   // 512 KiB of ring buffer holds 3 full hand-offs (2048 records each), drained as they come; the
@@ -201,7 +198,7 @@ class GpuTimeAgent final : public AgentCollector {
   std::unique_ptr<GpuTimeCollector> collector_;
   // CUPTI's activity costs a launch-bound loop ~20 %: on 1 s in every 10 s (--gputime-duty).
   uint32_t on_ms_ = 1000, period_ms_ = 10000;
-  std::map<uint64_t, GpuTimeOfProcess> procs_;
+  PerProcess<GpuTimeOfProcess> procs_;
 };
 
 }  // namespace

@@ -65,14 +65,12 @@ class IoctlAgent final : public AgentCollector {
     }
     m.family("gpuscope_process_ioctl_calls_total", T::counter, "ioctl calls on NVIDIA device nodes per process");
     host_->procs.each([&](const ProcEntry& e) {
-      if (auto it = procs_.find(e.id); it != procs_.end())
-        m.add("gpuscope_process_ioctl_calls_total", e.prom_labels(), static_cast<double>(it->second.calls));
+      if (auto* p = procs_.find(e.id)) m.add("gpuscope_process_ioctl_calls_total", e.prom_labels(), p->calls);
     });
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
-    if (auto it = procs_.find(e.id); it != procs_.end())
-      j.num("ioctl_calls", it->second.calls).num("ioctl_errors", it->second.errors);
+    if (auto* p = procs_.find(e.id)) j.num("ioctl_calls", p->calls).num("ioctl_errors", p->errors);
   }
 
   void lost(LostCounts& out) const override {
@@ -102,7 +100,7 @@ class IoctlAgent final : public AgentCollector {
   std::unique_ptr<IoctlCollector> collector_;
   std::map<std::string, Totals> exited_;  // by request name: rows of exited processes
   std::map<std::string, Totals> now_;     // by request name: exited plus live
-  std::map<uint64_t, OfProcess> procs_;
+  PerProcess<OfProcess> procs_;
 };
 
 }  // namespace

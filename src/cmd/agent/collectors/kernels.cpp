@@ -20,12 +20,13 @@ struct KernelsOfProcess {
   std::map<KernelKey, uint64_t> kernels;  // launches, handles naming the same kernel summed
   uint64_t graph_launches = 0;
   std::set<KernelKey> named;  // kernels with their own series (sticky, at most --max-kernels-per-process)
-  uint64_t launches() const {
-    uint64_t n = 0;
-    for (auto& [_, c] : kernels) n += c;
-    return n;
-  }
 };
+
+uint64_t launches(const KernelsOfProcess& p) {
+  uint64_t n = 0;
+  for (auto& [_, c] : p.kernels) n += c;
+  return n;
+}
 
 class KernelsAgent final : public AgentCollector {
  public:
@@ -64,14 +65,7 @@ class KernelsAgent final : public AgentCollector {
     for (auto& [_, p] : procs_) choose_named(p);
   }
 
-  // Every process's comm is counted, with 0 where it launched nothing.
-  void fold(const ProcEntry& e) override {
-    auto it = procs_.find(e.id);
-    uint64_t& n = folded_[comm_key(e)];
-    if (it == procs_.end()) return;
-    n += it->second.launches();
-    procs_.erase(it);
-  }
+  void fold(const ProcEntry& e) override { procs_.fold(e, launches); }
 
   void metrics(PromSet& m) override {
     m.family("gpuscope_kernel_launches_total", T::counter,
@@ -80,13 +74,10 @@ class KernelsAgent final : public AgentCollector {
     m.family("gpuscope_graph_launches_total", T::counter, "CUDA graph launches per process");
     m.family("gpuscope_comm_kernel_launches_total", T::counter,
              "Kernel launches per process name and container, exited processes included");
-    std::map<CommKey, uint64_t> comm = folded_;
     host_->procs.each([&](const ProcEntry& e) {
-      auto it = procs_.find(e.id);
-      uint64_t& all = comm[comm_key(e)];
-      if (it == procs_.end()) return;
-      const KernelsOfProcess& p = it->second;
-      all += p.launches();
+      const KernelsOfProcess* k = procs_.find(e.id);
+      if (!k) return;
+      const KernelsOfProcess& p = *k;
       auto l = e.prom_labels();
       uint64_t other = 0;
       for (auto& [k, n] : p.kernels) {
@@ -100,14 +91,15 @@ class KernelsAgent final : public AgentCollector {
         m.add("gpuscope_kernel_launches_total", l, {{"kernel", "other"}, {"module", ""}}, static_cast<double>(other));
       if (p.graph_launches) m.add("gpuscope_graph_launches_total", l, static_cast<double>(p.graph_launches));
     });
-    for (auto& [k, n] : comm) m.add("gpuscope_comm_kernel_launches_total", comm_labels(k), static_cast<double>(n));
+    for (auto& [k, n] : procs_.comm_totals(host_->procs, launches))
+      m.add("gpuscope_comm_kernel_launches_total", comm_labels(k), static_cast<double>(n));
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
-    auto it = procs_.find(e.id);
     static const KernelsOfProcess none;
-    const KernelsOfProcess& p = it == procs_.end() ? none : it->second;
-    j.num("kernel_launches", p.launches()).num("graph_launches", p.graph_launches).num("kernels", p.kernels.size());
+    const KernelsOfProcess* k = procs_.find(e.id);
+    const KernelsOfProcess& p = k ? *k : none;
+    j.num("kernel_launches", launches(p)).num("graph_launches", p.graph_launches).num("kernels", p.kernels.size());
   }
 
   std::vector<std::string> paths() const override { return {"/api/kernels"}; }
@@ -117,10 +109,7 @@ class KernelsAgent final : public AgentCollector {
     JsonLine j(b);
     j.begin_array("kernels");
     const AgentCollector* gputime = host_->find("gputime");
-    host_->procs.each([&](const ProcEntry& e) {
-      auto it = procs_.find(e.id);
-      api_rows(j, e, it == procs_.end() ? nullptr : &it->second, gputime_of(gputime, e.id));
-    });
+    host_->procs.each([&](const ProcEntry& e) { api_rows(j, e, procs_.find(e.id), gputime_of(gputime, e.id)); });
     j.end_array().end();
     out["/api/kernels"] = {std::string(b.data(), b.size())};
   }
@@ -220,8 +209,7 @@ class KernelsAgent final : public AgentCollector {
   std::function<std::vector<KernelRow>()> rows_;
   AgentHost* host_ = nullptr;
   std::unique_ptr<KernelsCollector> collector_;
-  std::map<uint64_t, KernelsOfProcess> procs_;
-  std::map<CommKey, uint64_t> folded_;  // launches of processes whose series went
+  PerProcess<KernelsOfProcess> procs_;
 };
 
 }  // namespace

@@ -27,6 +27,8 @@ std::string category_name(unsigned c) {
   }
 }
 
+uint64_t allocations(const gs_ml_proc& p) { return p.allocs_ok; }
+
 class MemleakAgent final : public AgentCollector {
  public:
   std::string_view name() const override { return "memleak"; }
@@ -59,14 +61,7 @@ class MemleakAgent final : public AgentCollector {
     }
   }
 
-  // Every process's comm is counted, with 0 where it allocated nothing.
-  void fold(const ProcEntry& e) override {
-    auto it = procs_.find(e.id);
-    uint64_t& n = folded_[comm_key(e)];
-    if (it == procs_.end()) return;
-    n += it->second.allocs_ok;
-    procs_.erase(it);
-  }
+  void fold(const ProcEntry& e) override { procs_.fold(e, allocations); }
 
   void metrics(PromSet& m) override {
     m.family("gpuscope_memory_outstanding_bytes", T::gauge,
@@ -81,15 +76,11 @@ class MemleakAgent final : public AgentCollector {
              "Bytes still allocated when a process exited or exec'd, per process name and container");
     m.family("gpuscope_memory_leaked_allocations_total", T::counter,
              "Allocations still live when a process exited or exec'd, per process name and container");
-    std::map<CommKey, uint64_t> comm = folded_;
     host_->procs.each([&](const ProcEntry& e) {
-      auto it = procs_.find(e.id);
-      uint64_t& n = comm[comm_key(e)];
-      if (it == procs_.end()) return;
-      process_series(m, e.prom_labels(), it->second);
-      n += it->second.allocs_ok;
+      if (auto* c = procs_.find(e.id)) process_series(m, e.prom_labels(), *c);
     });
-    for (auto& [k, n] : comm) m.add("gpuscope_comm_memory_allocations_total", comm_labels(k), static_cast<double>(n));
+    for (auto& [k, n] : procs_.comm_totals(host_->procs, allocations))
+      m.add("gpuscope_comm_memory_allocations_total", comm_labels(k), static_cast<double>(n));
     for (auto& [k, t] : leaked_) {
       PromLabels l{{"comm", k.first}, {"container", k.second}};
       m.add("gpuscope_memory_leaked_bytes_total", l, static_cast<double>(t.bytes));
@@ -98,9 +89,9 @@ class MemleakAgent final : public AgentCollector {
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
-    auto it = procs_.find(e.id);
-    if (it == procs_.end()) return;
-    const gs_ml_proc& c = it->second;
+    const gs_ml_proc* p = procs_.find(e.id);
+    if (!p) return;
+    const gs_ml_proc& c = *p;
     j.num("outstanding_bytes", c.outstanding_bytes).num("outstanding_allocs", c.outstanding_allocs);
     j.num("pinned_bytes", c.pinned_bytes).num("allocs_ok", c.allocs_ok);
     j.num("allocs_failed", c.allocs_failed).num("frees_ok", c.frees_ok).num("bad_frees", c.bad_frees);
@@ -200,8 +191,7 @@ class MemleakAgent final : public AgentCollector {
   std::unique_ptr<MemleakCollector> collector_;
   bool deferred_ = false;
   MemleakSnapshot snap_;
-  std::map<uint64_t, gs_ml_proc> procs_;
-  std::map<CommKey, uint64_t> folded_;                                // allocations of processes whose series went
+  PerProcess<gs_ml_proc> procs_;
   std::map<std::pair<std::string, std::string>, LeakTotals> leaked_;  // (comm, container)
   std::deque<LeakReport> reports_;
 };
