@@ -3,7 +3,9 @@
 // runtime-state and cgroup trees in a temporary directory.
 #include "core/containers.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -703,4 +705,82 @@ TEST(ContainersReal, ThisProcessResolvesConsistently) {
   std::printf("this process: %s (runtime %s, cgroup id %llu, v2 root %s)\n", i.display().c_str(),
               std::string(gpuscope::runtime_name(i.runtime)).c_str(), static_cast<unsigned long long>(i.cgroup_id),
               r.cgroup2_root().c_str());
+}
+
+// A real cgroup v2 directory with the kubelet's shape, a child process in it, and a fake kubelet
+// log tree: resolved by pid and by cgroup id, then forgotten once the directory is removed.
+TEST(ContainersReal, ARealCgroupResolvesAndIsForgottenWhenItGoes) {
+  fs::path tmp = fs::temp_directory_path() / ("gs-containers-real-" + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  ContainerPaths p;
+  p.pods_dir = (tmp / "pods").string();
+  p.containers_log_dir = (tmp / "containers").string();
+  p.docker_root = p.containerd_state = (tmp / "none").string();
+  p.storage_roots = {(tmp / "none").string()};
+  ContainerResolver r(p);
+  r.set_walk_interval_ms(0);
+  if (access((r.cgroup2_root() + "/cgroup.procs").c_str(), W_OK) != 0) GTEST_SKIP() << "no writable cgroup v2";
+
+  char tail[13];
+  snprintf(tail, sizeof tail, "%012d", static_cast<int>(getpid()));
+  const std::string uid = std::string("7e0f9a2b-3c4d-4e5f-8a9b-") + tail, id = mkid(tail);
+  std::string u = uid;
+  std::replace(u.begin(), u.end(), '-', '_');
+  const std::vector<std::string> dirs = {"/gstest-ctr-" + std::string(tail), "/kubepods.slice",
+                                         "/kubepods-besteffort.slice", "/kubepods-besteffort-pod" + u + ".slice",
+                                         "/cri-containerd-" + id + ".scope"};
+  std::vector<std::string> made;
+  std::string path;
+  for (auto& d : dirs) {
+    path += d;
+    if (mkdir((r.cgroup2_root() + path).c_str(), 0755) != 0) break;
+    made.push_back(r.cgroup2_root() + path);
+  }
+  auto cleanup = [&] {
+    for (auto it = made.rbegin(); it != made.rend(); ++it) rmdir(it->c_str());
+    fs::remove_all(tmp);
+  };
+  if (made.size() != dirs.size()) {
+    cleanup();
+    GTEST_SKIP() << "cannot make cgroups under " << r.cgroup2_root();
+  }
+  fs::create_directories(tmp / "pods" / ("ml_trainer-0_" + uid) / "worker");
+  fs::create_directories(tmp / "containers");
+  std::ofstream(tmp / "containers" / ("trainer-0_ml_worker-" + id + ".log")) << "";
+
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  bool moved = static_cast<bool>(std::ofstream(made.back() + "/cgroup.procs") << child << "\n" << std::flush);
+  struct stat st;
+  ASSERT_EQ(stat(made.back().c_str(), &st), 0);
+
+  ContainerInfo i = r.resolve(child);
+  ContainerInfo by_id = r.resolve_cgroup_id(st.st_ino);
+  auto all = r.containers();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  for (auto it = made.rbegin(); it != made.rend(); ++it) rmdir(it->c_str());
+  made.clear();
+
+  ASSERT_TRUE(moved);
+  EXPECT_TRUE(i.in_container);
+  EXPECT_EQ(i.cgroup_id, st.st_ino);
+  EXPECT_EQ(i.runtime, R::kContainerd);
+  EXPECT_EQ(i.container_id, id);
+  EXPECT_EQ(i.pod_uid, uid);
+  EXPECT_EQ(i.name, "worker");
+  EXPECT_EQ(i.pod, "trainer-0");
+  EXPECT_EQ(i.ns, "ml");
+  EXPECT_EQ(by_id.name, "worker");
+  EXPECT_EQ(std::count_if(all.begin(), all.end(), [&](auto& c) { return c.cgroup_id == st.st_ino; }), 1);
+
+  EXPECT_GE(r.forget_gone(), 1u);
+  EXPECT_FALSE(r.resolve_cgroup_id(st.st_ino).resolved);
+  auto after = r.containers();
+  EXPECT_EQ(std::count_if(after.begin(), after.end(), [&](auto& c) { return c.container_id == id; }), 0);
+  cleanup();
 }
