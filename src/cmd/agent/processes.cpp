@@ -68,6 +68,7 @@ ProcEntry* ProcessTable::ended(uint32_t pid, const std::string& comm, bool add_u
 }
 
 void ProcessTable::begin() {
+  labels_.sweep();
   for (auto& [_, p] : live_) p.seen = false;
 }
 
