@@ -148,15 +148,15 @@ int run_agent(const AgentOptions& o) {
   };
   start("kernels", [&] {
     kernels = std::make_unique<KernelsCollector>(
-        session, KernelsCollector::Config{o.scope.comm, CountLayer::Auto, false, o.max_kernel_rows});
+        session, KernelsCollector::Config{o.scope, CountLayer::Auto, false, o.max_kernel_rows});
   });
   start("memleak", [&] {
     memleak = std::make_unique<MemleakCollector>(
-        session, MemleakCollector::Config{o.scope.comm, o.scope.pids, false, true, o.max_allocs, o.max_procs});
+        session, MemleakCollector::Config{o.scope, false, true, o.max_allocs, o.max_procs});
   });
   start("latency", [&] {
     latency = std::make_unique<LatencyCollector>(
-        session, LatencyCollector::Config{latency_rows, false, o.scope.comm, o.latency_sample});
+        session, LatencyCollector::Config{latency_rows, false, o.scope, o.latency_sample});
   });
   std::unique_ptr<IoctlCollector> ioctl;
   start("ioctl", [&] {
@@ -247,8 +247,7 @@ int run_agent(const AgentOptions& o) {
   std::string starvation_note;  // the collector's latest note on the bridge
   if (wanted(names, "starvation")) {
     StarvationCollector::Config c;
-    c.pids = o.scope.pids;
-    c.comm = o.scope.comm;
+    c.scope = o.scope;
     c.min_idle_ms = o.starvation_min_idle_ms;
     c.pin_dir = o.pin_dir;
     c.fold = true;
