@@ -5,20 +5,16 @@
 #include "core/cli.h"
 #include "core/system.h"
 
+// Each subcommand registers itself (register_NAME): its flags, and what runs it. In help order.
+// clang-format off
+#define GPUSCOPE_COMMANDS(X) \
+  X(trace) X(latency) X(kernels) X(memleak) X(ioctl) X(uvm) X(starvation) X(bridge) X(doctor) X(agent) \
+  X(timeline) X(run)
+// clang-format on
+
 namespace gpuscope {
-// Each subcommand registers itself: its flags, and what runs it.
-void register_trace(CLI::App&);
-void register_latency(CLI::App&);
-void register_kernels(CLI::App&);
-void register_memleak(CLI::App&);
-void register_ioctl(CLI::App&);
-void register_uvm(CLI::App&);
-void register_starvation(CLI::App&);
-void register_bridge(CLI::App&);
-void register_doctor(CLI::App&);
-void register_agent(CLI::App&);
-void register_timeline(CLI::App&);
-void register_run(CLI::App&);
+#define GPUSCOPE_DECLARE(name) void register_##name(CLI::App&);
+GPUSCOPE_COMMANDS(GPUSCOPE_DECLARE)
 }  // namespace gpuscope
 
 using namespace gpuscope;
@@ -27,10 +23,8 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuscope: eBPF observability for CUDA workloads"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuscope 0.1.0");
-  for (auto reg :
-       {register_trace, register_latency, register_kernels, register_memleak, register_ioctl, register_uvm,
-        register_starvation, register_bridge, register_doctor, register_agent, register_timeline, register_run})
-    reg(app);
+#define GPUSCOPE_REGISTER(name) register_##name(app);
+  GPUSCOPE_COMMANDS(GPUSCOPE_REGISTER)
 
   try {
     try {

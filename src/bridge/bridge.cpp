@@ -21,6 +21,7 @@
 #include "bridge/bridge_maps.h"
 #include "bridge/nvml.h"
 #include "bridge/pin_dir.h"
+#include "bridge/reader.h"
 #include "bridge_pins.skel.h"
 #include "core/bpf.h"
 #include "core/clock.h"
@@ -32,8 +33,7 @@ namespace gpuscope {
 
 namespace {
 
-enum { kMeta, kDevice, kPerPid, kPerPidDevice };
-constexpr const char* kPins[4] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
+using enum BridgePins::Map;
 
 using PinsSkel = std::unique_ptr<bridge_pins_bpf, void (*)(bridge_pins_bpf*)>;
 
@@ -48,14 +48,6 @@ bool compatible(int fd, const bpf_map* want) {
   if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return false;
   return info.type == static_cast<uint32_t>(bpf_map__type(want)) && info.key_size == bpf_map__key_size(want) &&
          info.value_size == bpf_map__value_size(want) && info.max_entries == bpf_map__max_entries(want);
-}
-
-// kill(pid, 0) alone calls an unreaped zombie alive.
-bool process_alive(uint32_t pid) {
-  if (pid == 0 || (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto p = stat.rfind(')');
-  return p == std::string::npos || p + 2 >= stat.size() || (stat[p + 2] != 'Z' && stat[p + 2] != 'X');
 }
 
 uint64_t sample_value(const nvml::Value& v, int type) {
@@ -114,9 +106,17 @@ class Bridge {
   void refuse_if_held();
   void open_maps();
   void clear_hash(int fd);
-  void read_device(unsigned i, gpu_device_metrics& m, bool* from_sample);
+  bool still_holder();
+  void read_device(unsigned i, gpu_device_metrics& m);
+  // The newest busy utilization sample since the last read, where the reading says idle.
+  bool read_samples(unsigned i, gpu_device_metrics& m);
+  void publish_devices();
   void read_process_utilization(unsigned i);
-  std::string path(int map) const { return dir_ + "/" + kPins[map]; }
+  void read_processes(uint64_t now_rt);
+  void publish_processes();
+  void write_process_json(uint32_t pid, const gpu_pid_device& v, const gpu_pid& agg);
+  void publish_meta();
+  std::string path(int map) const { return dir_ + "/" + BridgePins::kNames[map]; }
 
   BridgeOptions o_;
   std::string dir_;
@@ -197,7 +197,7 @@ void Bridge::open_maps() {
     bpf_map_update_elem(maps_[kDevice].get(), &i, &zero, BPF_ANY);
 }
 
-void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
+void Bridge::read_device(unsigned i, gpu_device_metrics& m) {
   const nvml::Api& a = nvml_->api();
   nvml::Device d = nvml_->devices()[i];
   DeviceState& st = state_[i];
@@ -243,15 +243,17 @@ void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
   }
   m.pcie_tx_kbps = st.pcie_tx_kbps;
   m.pcie_rx_kbps = st.pcie_rx_kbps;
+}
 
-  *from_sample = false;
-  if (o_.no_samples) return;
+bool Bridge::read_samples(unsigned i, gpu_device_metrics& m) {
+  if (o_.no_samples) return false;
+  DeviceState& st = state_[i];
   // Reading the buffer costs 2.7 ms of CPU on the H200, which adds a sample every 200 ms: after
   // a read that found new samples, skip reads until the next one is due.
   uint64_t now_us = m.timestamp_ns / 1000;
-  if (st.sample_gap_us && now_us >= st.read_us && now_us < st.read_us + st.sample_gap_us * 9 / 10) return;
+  if (st.sample_gap_us && now_us >= st.read_us && now_us < st.read_us + st.sample_gap_us * 9 / 10) return false;
   int type = nvml::kUInt;
-  nvml_->utilization_samples(d, st.last_seen_us, samples_, &type);
+  nvml_->utilization_samples(nvml_->devices()[i], st.last_seen_us, samples_, &type);
   if (!samples_.empty()) st.read_us = now_us;
   const nvml::Sample* newest_busy = nullptr;
   for (auto& s : samples_) {
@@ -264,11 +266,10 @@ void Bridge::read_device(unsigned i, gpu_device_metrics& m, bool* from_sample) {
   }
   // The newest-non-zero rule: a burst that ended between two polls still moves a consumer's
   // last-active latch, to the burst's own time.
-  if (m.sm_util_pct == 0 && newest_busy) {
-    m.sm_util_pct = static_cast<uint32_t>(std::min<uint64_t>(sample_value(newest_busy->sampleValue, type), 100));
-    m.timestamp_ns = newest_busy->timeStamp * 1000;
-    *from_sample = true;
-  }
+  if (m.sm_util_pct != 0 || !newest_busy) return false;
+  m.sm_util_pct = static_cast<uint32_t>(std::min<uint64_t>(sample_value(newest_busy->sampleValue, type), 100));
+  m.timestamp_ns = newest_busy->timeStamp * 1000;
+  return true;
 }
 
 constexpr int kProcessUtilizationBit = 16;  // in DeviceState::unsupported, after read_device's
@@ -302,66 +303,52 @@ void Bridge::read_process_utilization(unsigned i) {
   for (auto& u : putil_) st.proc_last_seen_us = std::max<uint64_t>(st.proc_last_seen_us, u.timeStamp);
 }
 
-bool Bridge::tick() {
+// False when another bridge has taken the pins over since the last tick.
+bool Bridge::still_holder() {
+  if (ticks_ == 0) return true;
+  gpu_meta cur{};
   uint32_t zero = 0;
-  if (ticks_ > 0) {
-    gpu_meta cur{};
-    if (bpf_map_lookup_elem(maps_[kMeta].get(), &zero, &cur) == 0 &&
-        cur.helper_pid != static_cast<uint32_t>(getpid())) {
-      fprintf(stderr, "gpuscope: bridge pid %u took over %s; stopping\n", cur.helper_pid, dir_.c_str());
-      return false;
-    }
-  }
-  auto& buf = out_.buf();
-  uint64_t now_rt = realtime_ns();
+  if (bpf_map_lookup_elem(maps_[kMeta].get(), &zero, &cur) != 0 || cur.helper_pid == static_cast<uint32_t>(getpid()))
+    return true;
+  fprintf(stderr, "gpuscope: bridge pid %u took over %s; stopping\n", cur.helper_pid, dir_.c_str());
+  return false;
+}
+
+void Bridge::publish_devices() {
   unsigned n = static_cast<unsigned>(nvml_->devices().size());
   dev_keys_.clear();
   dev_vals_.clear();
   pcie_read_this_tick_ = false;
   for (unsigned i = 0; i < n; i++) {
     gpu_device_metrics m{};
-    bool from_sample;
-    read_device(i, m, &from_sample);
+    read_device(i, m);
+    bool from_sample = read_samples(i, m);
     dev_keys_.push_back(i);
     dev_vals_.push_back(m);
-    if (o_.json)
-      JsonLine(buf)
-          .str("type", "device")
-          .num("tick", ticks_)
-          .num("device", i)
-          .num("timestamp_ns", m.timestamp_ns)
-          .boolean("from_sample", from_sample)
-          .num("sm_util_pct", m.sm_util_pct)
-          .num("mem_util_pct", m.mem_util_pct)
-          .num("mem_total_bytes", m.mem_total_bytes)
-          .num("mem_used_bytes", m.mem_used_bytes)
-          .num("mem_reserved_bytes", m.mem_reserved_bytes)
-          .num("temp_c", m.temp_c)
-          .num("power_mw", m.power_mw)
-          .num("sm_clock_mhz", m.sm_clock_mhz)
-          .num("mem_clock_mhz", m.mem_clock_mhz)
-          .num("throttle_reasons", m.throttle_reasons)
-          .num("pcie_tx_kbps", m.pcie_tx_kbps)
-          .num("pcie_rx_kbps", m.pcie_rx_kbps)
-          .num("enc_util_pct", m.enc_util_pct)
-          .num("dec_util_pct", m.dec_util_pct)
-          .num("nvlink_tx_kbps", m.nvlink_tx_kbps)
-          .num("nvlink_rx_kbps", m.nvlink_rx_kbps)
-          .num("ecc_corrected_total", m.ecc_corrected_total)
-          .num("ecc_uncorrected_total", m.ecc_uncorrected_total)
-          .num("fan_speed_pct", m.fan_speed_pct)
-          .num("compute_mode", m.compute_mode)
-          .end();
+    if (!o_.json) continue;
+    JsonLine j(out_.buf());
+    j.str("type", "device").num("tick", ticks_).num("device", i).num("timestamp_ns", m.timestamp_ns);
+    j.boolean("from_sample", from_sample).num("sm_util_pct", m.sm_util_pct).num("mem_util_pct", m.mem_util_pct);
+    j.num("mem_total_bytes", m.mem_total_bytes).num("mem_used_bytes", m.mem_used_bytes);
+    j.num("mem_reserved_bytes", m.mem_reserved_bytes).num("temp_c", m.temp_c).num("power_mw", m.power_mw);
+    j.num("sm_clock_mhz", m.sm_clock_mhz).num("mem_clock_mhz", m.mem_clock_mhz);
+    j.num("throttle_reasons", m.throttle_reasons).num("pcie_tx_kbps", m.pcie_tx_kbps);
+    j.num("pcie_rx_kbps", m.pcie_rx_kbps).num("enc_util_pct", m.enc_util_pct).num("dec_util_pct", m.dec_util_pct);
+    j.num("nvlink_tx_kbps", m.nvlink_tx_kbps).num("nvlink_rx_kbps", m.nvlink_rx_kbps);
+    j.num("ecc_corrected_total", m.ecc_corrected_total).num("ecc_uncorrected_total", m.ecc_uncorrected_total);
+    j.num("fan_speed_pct", m.fan_speed_pct).num("compute_mode", m.compute_mode).end();
   }
-
   update_all(maps_[kDevice].get(), dev_keys_, dev_vals_);
+}
 
+// This tick's (pid, device) entries and each pid's aggregate over its devices.
+void Bridge::read_processes(uint64_t now_rt) {
   pids_.clear();
   next_pid_devices_.clear();
   pd_keys_.clear();
   pd_vals_.clear();
   putil_max_.clear();
-  for (unsigned i = 0; i < n; i++) {
+  for (unsigned i = 0; i < nvml_->devices().size(); i++) {
     nvml_->processes(nvml_->devices()[i], procs_);
     read_process_utilization(i);  // also on a device without processes, so its samples never pile up
     for (auto& p : procs_) {
@@ -385,6 +372,10 @@ bool Bridge::tick() {
       agg.device_count++;
     }
   }
+}
+
+// Writes this tick's processes and deletes the entries of those that left.
+void Bridge::publish_processes() {
   update_all(maps_[kPerPidDevice].get(), pd_keys_, pd_vals_);
   gone_pid_devices_.clear();
   for (auto key : published_pid_devices_)
@@ -411,48 +402,48 @@ bool Bridge::tick() {
   }
   if (o_.json)
     for (size_t k = 0; k < pd_keys_.size(); k++) {
-      uint32_t pid = static_cast<uint32_t>(pd_keys_[k] >> 32);
-      const gpu_pid& agg = pids_[pid];
-      JsonLine(buf)
-          .str("type", "process")
-          .num("tick", ticks_)
-          .num("pid", pid)
-          .num("device", pd_vals_[k].gpu_device)
-          .num("timestamp_ns", agg.timestamp_ns)
-          .num("used_gpu_memory_bytes", pd_vals_[k].used_gpu_memory_bytes)
-          .num("sm_util_pct", pd_vals_[k].sm_util_pct)
-          .num("mem_util_pct", pd_vals_[k].mem_util_pct)
-          .num("enc_util_pct", pd_vals_[k].enc_util_pct)
-          .num("dec_util_pct", pd_vals_[k].dec_util_pct)
-          .num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes)
-          .num("sm_util_pct_max", agg.sm_util_pct_max)
-          .num("mem_util_pct_max", agg.mem_util_pct_max)
-          .num("gpu_device_primary", agg.gpu_device_primary)
-          .num("device_count", agg.device_count)
-          .end();
+      auto pid = static_cast<uint32_t>(pd_keys_[k] >> 32);
+      write_process_json(pid, pd_vals_[k], pids_[pid]);
     }
   update_all(maps_[kPerPid].get(), pid_keys_, pid_vals_);
+}
 
-  // Meta goes last: its timestamp vouches for everything written before it.
+void Bridge::write_process_json(uint32_t pid, const gpu_pid_device& v, const gpu_pid& agg) {
+  JsonLine j(out_.buf());
+  j.str("type", "process").num("tick", ticks_).num("pid", pid).num("device", v.gpu_device);
+  j.num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", v.used_gpu_memory_bytes);
+  j.num("sm_util_pct", v.sm_util_pct).num("mem_util_pct", v.mem_util_pct).num("enc_util_pct", v.enc_util_pct);
+  j.num("dec_util_pct", v.dec_util_pct).num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes);
+  j.num("sm_util_pct_max", agg.sm_util_pct_max).num("mem_util_pct_max", agg.mem_util_pct_max);
+  j.num("gpu_device_primary", agg.gpu_device_primary).num("device_count", agg.device_count).end();
+}
+
+// Meta goes last: its timestamp vouches for everything written before it.
+void Bridge::publish_meta() {
   gpu_meta meta{};
   meta.schema_version = GPU_BRIDGE_SCHEMA_VERSION;
-  meta.n_devices = n;
+  meta.n_devices = static_cast<uint32_t>(nvml_->devices().size());
   meta.helper_pid = static_cast<uint32_t>(getpid());
   meta.poll_interval_ms = o_.poll_interval_ms;
   meta.clock_offset_ns = realtime_minus_boottime_ns();
   meta.last_update_boottime_ns = boottime_ns();
+  uint32_t zero = 0;
   bpf_map_update_elem(maps_[kMeta].get(), &zero, &meta, BPF_ANY);
-  if (o_.json)
-    JsonLine(buf)
-        .str("type", "meta")
-        .num("tick", ticks_)
-        .num("schema_version", meta.schema_version)
-        .num("n_devices", meta.n_devices)
-        .num("last_update_boottime_ns", meta.last_update_boottime_ns)
-        .num("helper_pid", meta.helper_pid)
-        .num("poll_interval_ms", meta.poll_interval_ms)
-        .num("clock_offset_ns", meta.clock_offset_ns)
-        .end();
+  if (!o_.json) return;
+  JsonLine j(out_.buf());
+  j.str("type", "meta").num("tick", ticks_).num("schema_version", meta.schema_version);
+  j.num("n_devices", meta.n_devices).num("last_update_boottime_ns", meta.last_update_boottime_ns);
+  j.num("helper_pid", meta.helper_pid).num("poll_interval_ms", meta.poll_interval_ms);
+  j.num("clock_offset_ns", meta.clock_offset_ns).end();
+}
+
+bool Bridge::tick() {
+  if (!still_holder()) return false;
+  uint64_t now_rt = realtime_ns();
+  publish_devices();
+  read_processes(now_rt);
+  publish_processes();
+  publish_meta();
   out_.flush();
   ticks_++;
   return true;
@@ -511,29 +502,21 @@ void Bridge::start() {
       bpf_map_info info{};
       uint32_t len = sizeof info;
       bpf_obj_get_info_by_fd(maps_[i].get(), &info, &len);
-      fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", kPins[i], info.id, info.btf_id,
+      fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", BridgePins::kNames[i], info.id, info.btf_id,
               reused_[i] ? "reused" : "created");
     }
 }
 
 BridgeHolder bridge_holder(const std::string& pin_dir) {
   BridgeHolder h;
-  Fd fd(bpf_obj_get((pin_dir + "/" + GPU_PIN_META).c_str()));
-  bpf_map_info info{};
-  uint32_t len = sizeof info;
-  if (!fd || bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 || info.type != BPF_MAP_TYPE_ARRAY ||
-      info.key_size != sizeof(uint32_t) || info.value_size != sizeof(gpu_meta))
-    return h;
-  gpu_meta m{};
-  uint32_t key = 0;
-  if (bpf_map_lookup_elem(fd.get(), &key, &m) != 0) return h;
-  h.pid = m.helper_pid;
-  uint64_t now = boottime_ns();
-  h.age_ms = now > m.last_update_boottime_ns ? (now - m.last_update_boottime_ns) / 1000000 : 0;
+  std::optional<gpu_meta> m = BridgeReader::read_meta(pin_dir);
+  if (!m) return h;
+  h.pid = m->helper_pid;
+  h.age_ms = bridge_age_ms(*m);
   // A holder is fresh while it has ticked within a few of its own poll intervals.
-  uint64_t interval_ms = m.poll_interval_ms ? m.poll_interval_ms : 100;
-  bool fresh = m.last_update_boottime_ns && h.age_ms <= std::max<uint64_t>(5 * interval_ms, 1000);
-  h.publishing = fresh && process_alive(m.helper_pid);
+  uint64_t interval_ms = m->poll_interval_ms ? m->poll_interval_ms : 100;
+  bool fresh = m->last_update_boottime_ns && h.age_ms <= std::max<uint64_t>(5 * interval_ms, 1000);
+  h.publishing = fresh && process_running(static_cast<pid_t>(m->helper_pid));
   return h;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -13,9 +14,11 @@
 
 namespace gpuscope::nvml {
 
-template <typename F>
-static void bind(void* dl, F& fn, const char* name) {
+// Binds each (function pointer, symbol) pair; a symbol the library lacks leaves its pointer null.
+template <typename F, typename... Rest>
+static void bind(void* dl, F& fn, const char* name, Rest&&... rest) {
   fn = reinterpret_cast<F>(dlsym(dl, name));
+  if constexpr (sizeof...(rest) > 0) bind(dl, std::forward<Rest>(rest)...);
 }
 
 void check_library(const std::string& name) {
@@ -35,11 +38,8 @@ Library::Library(const std::string& path) {
     throw UsageError(st == GS_LIB_NOT_LOADED ? fmt::format("NVML not available: cannot load {}: {}", path, why)
                                              : fmt::format("NVML not available: {}", why));
   auto& a = api_;
-  bind(dl_, a.init, "nvmlInit_v2");
-  bind(dl_, a.shutdown, "nvmlShutdown");
-  bind(dl_, a.error_string, "nvmlErrorString");
-  bind(dl_, a.count, "nvmlDeviceGetCount_v2");
-  bind(dl_, a.handle, "nvmlDeviceGetHandleByIndex_v2");
+  bind(dl_, a.init, "nvmlInit_v2", a.shutdown, "nvmlShutdown", a.error_string, "nvmlErrorString", a.count,
+       "nvmlDeviceGetCount_v2", a.handle, "nvmlDeviceGetHandleByIndex_v2");
   if (!a.init || !a.count || !a.handle) {
     dlclose(dl_);
     dl_ = nullptr;
@@ -48,23 +48,14 @@ Library::Library(const std::string& path) {
                     "nvmlDeviceGetHandleByIndex_v2",
                     path));
   }
-  bind(dl_, a.utilization, "nvmlDeviceGetUtilizationRates");
-  bind(dl_, a.memory, "nvmlDeviceGetMemoryInfo");
-  bind(dl_, a.memory_v2, "nvmlDeviceGetMemoryInfo_v2");
-  bind(dl_, a.temperature, "nvmlDeviceGetTemperature");
-  bind(dl_, a.power, "nvmlDeviceGetPowerUsage");
-  bind(dl_, a.clock, "nvmlDeviceGetClockInfo");
-  bind(dl_, a.event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  bind(dl_, a.utilization, "nvmlDeviceGetUtilizationRates", a.memory, "nvmlDeviceGetMemoryInfo", a.memory_v2,
+       "nvmlDeviceGetMemoryInfo_v2", a.temperature, "nvmlDeviceGetTemperature", a.power, "nvmlDeviceGetPowerUsage",
+       a.clock, "nvmlDeviceGetClockInfo", a.event_reasons, "nvmlDeviceGetCurrentClocksEventReasons", a.pcie,
+       "nvmlDeviceGetPcieThroughput", a.encoder, "nvmlDeviceGetEncoderUtilization", a.decoder,
+       "nvmlDeviceGetDecoderUtilization", a.fan, "nvmlDeviceGetFanSpeed", a.compute_mode, "nvmlDeviceGetComputeMode",
+       a.ecc, "nvmlDeviceGetTotalEccErrors", a.samples, "nvmlDeviceGetSamples", a.processes,
+       "nvmlDeviceGetComputeRunningProcesses_v3", a.process_utilization, "nvmlDeviceGetProcessUtilization");
   if (!a.event_reasons) bind(dl_, a.event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
-  bind(dl_, a.pcie, "nvmlDeviceGetPcieThroughput");
-  bind(dl_, a.encoder, "nvmlDeviceGetEncoderUtilization");
-  bind(dl_, a.decoder, "nvmlDeviceGetDecoderUtilization");
-  bind(dl_, a.fan, "nvmlDeviceGetFanSpeed");
-  bind(dl_, a.compute_mode, "nvmlDeviceGetComputeMode");
-  bind(dl_, a.ecc, "nvmlDeviceGetTotalEccErrors");
-  bind(dl_, a.samples, "nvmlDeviceGetSamples");
-  bind(dl_, a.processes, "nvmlDeviceGetComputeRunningProcesses_v3");
-  bind(dl_, a.process_utilization, "nvmlDeviceGetProcessUtilization");
 
   auto fail = [&](const char* what, Return r) {
     std::string msg = a.error_string ? a.error_string(r) : "";

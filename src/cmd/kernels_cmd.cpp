@@ -64,7 +64,16 @@ class KernelsView {
 
  private:
   using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
+  struct Row {
+    uint32_t pid;
+    const KernelRow* first = nullptr;
+    uint64_t launches = 0, delta = 0;
+  };
   void print(const std::vector<KernelRow>& now, double secs, bool exited);
+  // One row per (pid, kernel, module), the busiest first; GPU-only rows point into gpu_only_.
+  std::vector<Row> rows_of(const std::vector<KernelRow>& now, bool exited);
+  void header(size_t rows, bool gpu_cols);
+  void print_row(const Row& r, double secs, bool exited, int64_t ts_ns, bool gpu_cols);
 
   // Kernels the library timed that no counted launch names (launched before gpuscope came, or
   // named differently): rows of 0 launches, so that no GPU time is hidden.
@@ -93,18 +102,33 @@ class KernelsView {
   const KernelsOptions& o_;
   const GpuTimeCollector* gpu_;
   Writer out_;
+  std::deque<KernelRow> gpu_only_;
   std::map<Key, uint64_t> prev_;
   std::map<std::pair<uint32_t, std::string>, uint64_t> prev_gpu_ns_;
   std::set<uint32_t> gone_;  // processes whose final rows were printed
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 
-void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exited) {
-  struct Row {
-    uint32_t pid;
-    const KernelRow* first = nullptr;
-    uint64_t launches = 0, delta = 0;
-  };
+const Table& plain_table() {
+  static const Table t({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
+  return t;
+}
+
+const Table& gpu_table() {
+  static const Table t({{"PID", 7},
+                        {"COMM", -16},
+                        {"LAUNCHES", 10},
+                        {"RATE/s", 10},
+                        {"GPU_ms", 10},
+                        {"MEAN_us", 9},
+                        {"MAX_us", 9},
+                        {"GPU%", 6},
+                        {"KERNEL", -40},
+                        {"MODULE", 0}});
+  return t;
+}
+
+std::vector<KernelsView::Row> KernelsView::rows_of(const std::vector<KernelRow>& now, bool exited) {
   std::map<std::tuple<uint32_t, std::string, std::string>, Row> rows;
   for (auto& k : now) {
     auto& r = rows[{k.pid, k.kernel, k.module}];
@@ -114,90 +138,108 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
     auto p = prev_.find({k.pid, k.layer, k.handle});
     r.delta += k.launches - (p != prev_.end() ? p->second : 0);
   }
-  std::deque<KernelRow> gpu_only;
-  add_gpu_only(now, exited, gpu_only);
-  for (auto& k : gpu_only) rows[{k.pid, k.kernel, k.module}] = Row{k.pid, &k, 0, 0};
+  gpu_only_.clear();
+  add_gpu_only(now, exited, gpu_only_);
+  for (auto& k : gpu_only_) rows[{k.pid, k.kernel, k.module}] = Row{k.pid, &k, 0, 0};
   std::vector<Row> v;
   for (auto& [_, r] : rows) v.push_back(r);
   std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
-  if (o_.top && v.size() > o_.top && !exited) v.resize(o_.top);
+  return v;
+}
+
+void KernelsView::header(size_t rows, bool gpu_cols) {
   auto it = std::back_inserter(out_.buf());
-  // One realtime stamp per block, so that JSON readers can tell the intervals apart.
-  timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
-  static const Table table(
-      {{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
-  static const Table gpu_table({{"PID", 7},
-                                {"COMM", -16},
-                                {"LAUNCHES", 10},
-                                {"RATE/s", 10},
-                                {"GPU_ms", 10},
-                                {"MEAN_us", 9},
-                                {"MAX_us", 9},
-                                {"GPU%", 6},
-                                {"KERNEL", -40},
-                                {"MODULE", 0}});
-  bool gpu_cols = gpu_ && gpu_->stats().records > 0;
-  if (!o_.common.json && !exited) {
-    time_t t = time(nullptr);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
-    fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows.size());
-    (gpu_cols ? gpu_table : table).header(out_.buf());
+  time_t t = time(nullptr);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
+  fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows);
+  (gpu_cols ? gpu_table() : plain_table()).header(out_.buf());
+}
+
+void KernelsView::print_row(const Row& r, double secs, bool exited, int64_t ts_ns, bool gpu_cols) {
+  double rate = secs > 0 ? r.delta / secs : 0;
+  const std::string& comm = r.first->comm;
+  const std::string& kernel = r.first->kernel;
+  const std::string& module = r.first->module;
+  // GPU time: cumulative, and its share of the wall time since the previous print.
+  const KernelGpuTime* g = gpu_time(r.pid, kernel);
+  double share = 0;
+  if (g) {
+    uint64_t& prev = prev_gpu_ns_[{r.pid, kernel}];
+    share = secs > 0 ? (g->total_ns - prev) / (secs * 1e9) : 0;
+    prev = g->total_ns;
   }
-  for (auto& r : v) {
-    double rate = secs > 0 ? r.delta / secs : 0;
-    const std::string& comm = r.first->comm;
-    const std::string& kernel = r.first->kernel;
-    const std::string& module = r.first->module;
-    // GPU time: cumulative, and its share of the wall time since the previous print.
-    const KernelGpuTime* g = gpu_time(r.pid, kernel);
-    double share = 0;
+  if (o_.common.json) {
+    JsonLine j(out_.buf());
+    j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
+    j.str("module", module)
+        .str("kind", r.first->graph()              ? "graph"
+                     : r.first->layer == GS_K_HOST ? "host_function"
+                                                   : "kernel");
+    j.num("launches", r.launches);
+    if (exited) j.boolean("exited", true);
     if (g) {
-      uint64_t& prev = prev_gpu_ns_[{r.pid, kernel}];
-      share = secs > 0 ? (g->total_ns - prev) / (secs * 1e9) : 0;
-      prev = g->total_ns;
+      j.num("gpu_kernels", g->count).num("gpu_time_ns", g->total_ns).num("gpu_mean_ns", g->total_ns / g->count);
+      j.num("gpu_max_ns", g->max_ns).real("gpu_share", share, 4);
     }
-    if (o_.common.json) {
-      JsonLine j(out_.buf());
-      j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
-      j.str("module", module)
-          .str("kind", r.first->graph()              ? "graph"
-                       : r.first->layer == GS_K_HOST ? "host_function"
-                                                     : "kernel");
-      j.num("launches", r.launches);
-      if (exited) j.boolean("exited", true);
-      if (g) {
-        j.num("gpu_kernels", g->count).num("gpu_time_ns", g->total_ns).num("gpu_mean_ns", g->total_ns / g->count);
-        j.num("gpu_max_ns", g->max_ns).real("gpu_share", share, 4);
-      }
-      j.real("rate", rate, 1).end();
-    } else if (gpu_cols) {
-      gpu_table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
+    j.real("rate", rate, 1).end();
+  } else if (gpu_cols) {
+    gpu_table().row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
                                  exited ? "exited" : fmt::format("{:.1f}", rate),
                                  g ? fmt::format("{:.3f}", g->total_ns / 1e6) : "-",
                                  g ? fmt::format("{:.1f}", g->total_ns / 1e3 / g->count) : "-",
                                  g ? fmt::format("{:.1f}", g->max_ns / 1e3) : "-",
                                  g ? fmt::format("{:.1f}", share * 100) : "-", kernel, module});
-    } else {
-      table.row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
-                             exited ? "exited" : fmt::format("{:.1f}", rate), kernel, module});
-    }
+  } else {
+    plain_table().row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
+                                   exited ? "exited" : fmt::format("{:.1f}", rate), kernel, module});
   }
+}
+
+void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exited) {
+  std::vector<Row> v = rows_of(now, exited);
+  size_t total = v.size();
+  if (o_.top && v.size() > o_.top && !exited) v.resize(o_.top);
+  // One realtime stamp per block, so that JSON readers can tell the intervals apart.
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t ts_ns = static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec;
+  bool gpu_cols = gpu_ && gpu_->stats().records > 0;
+  if (!o_.common.json && !exited) header(total, gpu_cols);
+  for (auto& r : v) print_row(r, secs, exited, ts_ns, gpu_cols);
   out_.flush();
 }
 
+// GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
+std::unique_ptr<GpuTimeCollector> gpu_time_collector(const KernelsOptions& o) {
+  try {
+    return std::make_unique<GpuTimeCollector>(GpuTimeCollector::Config{o.scope.pids, o.scope.comm, o.cupti_libs});
+  } catch (const UsageError& e) {
+    if (!o.cupti_libs.empty()) throw;
+    if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
+  }
+  return nullptr;
+}
+
+// Each detach waits for an RCU grace period: the GPU-time probes and the exit hook go while
+// the session's do.
+void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollector* gpu) {
+  std::jthread gpu_stop([&] {
+    if (gpu) gpu->stop();
+  });
+  std::jthread exit_hook([&] { kernels.detach(); });
+  session.detach();
+}
+
 int run_kernels(const KernelsOptions& o) {
-  o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
   CountLayer layer = o.count_layer == "driver" ? CountLayer::Driver
                      : o.count_layer == "both" ? CountLayer::Both
                                                : CountLayer::Auto;
-  KernelsCollector kernels(session, {o.scope.comm, layer});
+  KernelsCollector kernels(session, {o.scope, layer});
   if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", kernels.layer_reason().c_str());
   auto say_notes = [&] {
     for (auto& n : kernels.take_notes())
@@ -205,14 +247,7 @@ int run_kernels(const KernelsOptions& o) {
   };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
-  // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
-  std::unique_ptr<GpuTimeCollector> gpu;
-  try {
-    gpu = std::make_unique<GpuTimeCollector>(GpuTimeCollector::Config{o.scope.pids, o.scope.comm, o.cupti_libs});
-  } catch (const UsageError& e) {
-    if (!o.cupti_libs.empty()) throw;
-    if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
-  }
+  std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(o);
   KernelsView view(o, gpu.get());
   kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) {
     if (gpu) gpu->drain();  // the library's last flush came before the exit
@@ -241,14 +276,7 @@ int run_kernels(const KernelsOptions& o) {
           st.probes, st.objects, kernels.exits_hooked() ? "" : " (exits not seen)", o.interval_s);
   loop.run();
   kernels.drain();
-  {
-    // Each detach waits for an RCU grace period: the GPU-time probes go while the session's do.
-    std::jthread gpu_stop([&] {
-      if (gpu) gpu->stop();
-    });
-    std::jthread exit_hook([&] { kernels.detach(); });
-    session.detach();
-  }
+  detach_all(session, kernels, gpu.get());
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
@@ -260,10 +288,8 @@ int run_kernels(const KernelsOptions& o) {
 }  // namespace
 
 void register_kernels(CLI::App& app) {
-  auto o = std::make_shared<KernelsOptions>();  // held by the command registry until exit
-  auto* cmd = app.add_subcommand("kernels", "Count kernel launches per process and kernel, named, counted in BPF");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope);
+  auto [cmd, o] = new_command<KernelsOptions>(
+      app, "kernels", "Count kernel launches per process and kernel, named, counted in BPF", run_kernels);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
   cmd->add_option("--count-layer", o->count_layer,
                   "Where launches are counted: driver (one probe per launch), both (runtime launches at the "
@@ -277,7 +303,6 @@ void register_kernels(CLI::App& app) {
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"
       "  gpuscope kernels -p 1234 --top 20\n"
       "  gpuscope kernels -c python3 --json --interval 5");
-  add_command(cmd, [o] { return run_kernels(*o); });
 }
 
 }  // namespace gpuscope

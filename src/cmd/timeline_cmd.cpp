@@ -87,7 +87,7 @@ int run_timeline(const TimelineOptions& o) {
   UprobeSession session(o.scope, o.common.verbose);
   TimelineInput in;
   uint64_t calls_over = 0;
-  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope.comm, 16384}, [&](const gs_call_event& e) {
+  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope, 16384}, [&](const gs_call_event& e) {
     if (e.phase != GS_PHASE_EXIT) return;
     if (in.calls.size() >= o.max_calls) {
       calls_over++;

@@ -43,18 +43,11 @@ class TraceView {
   void flush() { out_.flush(); }
   void summary(const TraceCollector::Stats& t, const SessionStats& s) {
     if (o_.common.json) {
-      JsonLine(out_.buf())
-          .str("type", "summary")
-          .num("events", t.delivered)
-          .num("lost", t.lost_ringbuf)
-          .num("lost_ringbuf_full", t.lost_ringbuf)
-          .num("untracked_calls_state_full", t.lost_state)
-          .num("objects", s.objects)
-          .num("probes", s.probes)
-          .num("attach_failures", s.attach_failures)
-          .num("attach_retries", s.attach_retries)
-          .num("notices_lost", s.notices_lost)
-          .end();
+      JsonLine j(out_.buf());
+      j.str("type", "summary").num("events", t.delivered).num("lost", t.lost_ringbuf);
+      j.num("lost_ringbuf_full", t.lost_ringbuf).num("untracked_calls_state_full", t.lost_state);
+      j.num("objects", s.objects).num("probes", s.probes).num("attach_failures", s.attach_failures);
+      j.num("attach_retries", s.attach_retries).num("notices_lost", s.notices_lost).end();
     } else {
       fmt::format_to(std::back_inserter(out_.buf()),
                      "\n{} events delivered, {} lost (ring buffer full); {} calls without exit state (map full); "
@@ -74,19 +67,17 @@ class TraceView {
 int run_trace(const TraceOptions& o) {
   if (o.ringbuf_kb & (o.ringbuf_kb - 1)) throw UsageError("--ringbuf-kb must be a power of two");
   std::vector<bool> apis = select_apis(o.apis, o.layer);
-  o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
   TraceView view(o);
-  TraceCollector trace(session, {apis, !o.hide_exits, o.scope.comm, o.ringbuf_kb},
+  TraceCollector trace(session, {apis, !o.hide_exits, o.scope, o.ringbuf_kb},
                        [&](const gs_call_event& e) { view.event(e); });
   // Launches are named in userspace, from the naming calls' probes: the launch path pays nothing.
   std::unique_ptr<KernelsCollector> names;
   for (unsigned i = 0; i < GS_API_COUNT && !names; i++)
     if (apis[i] && (api_desc(i).roles & GS_ROLE_LAUNCH))
-      names =
-          std::make_unique<KernelsCollector>(session, KernelsCollector::Config{o.scope.comm, CountLayer::Auto, true});
+      names = std::make_unique<KernelsCollector>(session, KernelsCollector::Config{o.scope, CountLayer::Auto, true});
   view.name_kernels_with(names.get());
   session.start();
   if (names) names->start(session);
@@ -114,10 +105,7 @@ int run_trace(const TraceOptions& o) {
 }  // namespace
 
 void register_trace(CLI::App& app) {
-  auto o = std::make_shared<TraceOptions>();  // held by the command registry until exit
-  auto* cmd = app.add_subcommand("trace", "Trace CUDA runtime and driver API calls");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope);
+  auto [cmd, o] = new_command<TraceOptions>(app, "trace", "Trace CUDA runtime and driver API calls", run_trace);
   cmd->add_option("--api", o->apis, "Trace only these APIs (comma-separated; variants included)")->delimiter(',');
   cmd->add_option("--layer", o->layer, "runtime, driver or all (default all)");
   cmd->add_flag("-r", o->hide_exits, "Entry only: no exit probes, no return codes");
@@ -130,7 +118,6 @@ void register_trace(CLI::App& app) {
       "  gpuscope trace -p 1234 --json      # one process, JSON lines\n"
       "  gpuscope trace --api cudaMalloc,cuMemAlloc_v2 -d 10\n"
       "  gpuscope trace --layer driver -c python3");
-  add_command(cmd, [o] { return run_trace(*o); });
 }
 
 }  // namespace gpuscope

@@ -95,6 +95,12 @@ Link attach_uprobe(bpf_program* prog, const UprobeTarget& t, std::string* err) {
   return Link(l);
 }
 
+bool OwnHooks::attach(bpf_program* prog) {
+  bpf_link* l = bpf_program__attach(prog);
+  if (l) links_.emplace_back(l);
+  return l != nullptr;
+}
+
 void destroy_links(std::vector<Link>& links) {
   const size_t n = links.size();
   const size_t nthreads = std::min<size_t>(64, n);

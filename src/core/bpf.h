@@ -2,6 +2,7 @@
 #include <bpf/libbpf.h>
 #include <sys/types.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -9,6 +10,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "core/scope.h"
 
 namespace gpuscope {
 
@@ -46,6 +49,22 @@ class Link {
 // Detaching a uprobe waits for an RCU grace period (about 0.1 s on the hosts measured), so
 // hundreds of links are destroyed from many threads at once, letting grace periods overlap.
 void destroy_links(std::vector<Link>& links);
+
+// The programs a collector attaches itself beside the session's probes: a process-exit hook
+// (without which exits are noticed late, by a sweep) and others (an exec hook); detached together.
+class OwnHooks {
+ public:
+  void attach_exit(bpf_program* prog) { exit_error_ = attach(prog) ? "" : strerror(errno); }
+  // False when it could not be attached.
+  bool attach(bpf_program* prog);
+  bool exits() const { return exit_error_.empty(); }
+  const std::string& exit_error() const { return exit_error_; }
+  void detach() { destroy_links(links_); }
+
+ private:
+  std::vector<Link> links_;
+  std::string exit_error_;
+};
 
 // libbpf's own messages are shown only with -v.
 void set_libbpf_verbose(bool verbose);
@@ -87,14 +106,6 @@ bool bpf_stats_enabled();
 std::map<std::string, ProgramStats> loaded_program_stats(const std::string& prefix);
 // This process's own programs (those behind its file descriptors), summed by name.
 std::map<std::string, ProgramStats> own_program_stats();
-
-// -c COMM: the rodata of src/common/comm_filter.bpf.h.
-template <class Rodata>
-void set_comm_filter(Rodata* ro, const std::string& comm) {
-  if (comm.empty()) return;
-  ro->filter_comm = true;
-  strncpy(const_cast<char*>(ro->target_comm), comm.c_str(), sizeof(ro->target_comm) - 1);
-}
 
 // Sum of a per-CPU u64 array slot.
 uint64_t percpu_sum(int map_fd, uint32_t key);

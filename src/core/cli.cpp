@@ -36,6 +36,7 @@ void add_scope_flags(CLI::App* cmd, Scope& s, bool libs) {
       [&s](const std::vector<std::string>& v) {
         for (auto& t : v)
           s.pids.push_back(static_cast<pid_t>(parse_number("--pid", t, "process id", 1, 2147483647, true)));
+        s.validate();
       },
       "Only these host pids (repeatable)");
   cmd->add_option("-c,--comm", s.comm, "Only processes with this name");

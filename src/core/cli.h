@@ -4,9 +4,12 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
-#include "core/uprobe_session.h"
+#include "core/scope.h"
+#include "core/system.h"
 
 namespace gpuscope {
 
@@ -18,7 +21,8 @@ struct CommonFlags {
 
 // -d/--duration, --json, -v.
 void add_common_flags(CLI::App* cmd, CommonFlags& c);
-// -p/--pid, -c/--comm and, with `libs`, --lib.
+// -p/--pid, -c/--comm and, with `libs`, --lib. Pids are checked here as they are parsed (a pid
+// that does not exist is a usage error), so no command or collector checks them again.
 void add_scope_flags(CLI::App* cmd, Scope& s, bool libs = true);
 
 // A numeric flag read as text and checked here, so that nan, inf, overflow and negative
@@ -35,13 +39,14 @@ double parse_number(const std::string& flag, const std::string& text, const char
                     bool integer);
 
 // Copies the shared flags into a subcommand's options struct: duration_s, json and verbose, and
-// pids, comm and libs where the struct has them.
+// the scope (or its pids, comm and libs) where the struct has it.
 template <class Options>
 Options& with_shared(Options& o, const CommonFlags& c, const Scope* s = nullptr) {
   o.duration_s = c.duration_s;
   o.json = c.json;
   o.verbose = c.verbose;
   if (s) {
+    if constexpr (requires { o.scope; }) o.scope = *s;
     if constexpr (requires { o.pids; }) o.pids = s->pids;
     if constexpr (requires { o.comm; }) o.comm = s->comm;
     if constexpr (requires { o.libs; }) o.libs = s->libs;
@@ -51,6 +56,20 @@ Options& with_shared(Options& o, const CommonFlags& c, const Scope* s = nullptr)
 
 // A subcommand and what runs it once it is parsed.
 void add_command(CLI::App* sub, std::function<int()> run);
+
+// A subcommand run by run(options) once parsed, with -d/--json/-v into options.common and, where
+// Options has a `scope`, -p/-c (and --lib with `libs`). Returns the subcommand, for its own flags,
+// and the options they fill (held by the command registry until exit).
+template <class Options>
+std::pair<CLI::App*, Options*> new_command(CLI::App& app, const std::string& name, const std::string& help,
+                                           int (*run)(const Options&), bool libs = true) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(name, help);
+  add_common_flags(cmd, o->common);
+  if constexpr (requires { o->scope; }) add_scope_flags(cmd, o->scope, libs);
+  add_command(cmd, [o, run] { return run(*o); });
+  return {cmd, o.get()};
+}
 // Runs the parsed subcommand; 0 when none ran.
 int run_parsed_command(CLI::App& app);
 

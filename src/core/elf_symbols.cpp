@@ -149,6 +149,22 @@ void ElfFile::for_each_named(const SymbolSection& s, const std::function<bool(co
   flush();
 }
 
+std::map<std::string, uint64_t> ElfFile::values_of(const std::set<std::string>& names) const {
+  std::map<std::string, uint64_t> out;
+  for (auto& sec : sections_) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> found;  // name -> (index, value)
+    for_each_named(
+        sec, [](const Sym& s) { return s.shndx != SHN_UNDEF && s.value != 0; },
+        [&](uint64_t i, const Sym& s, std::string_view n) {
+          if (!names.count(std::string(n))) return;
+          auto [it, added] = found.try_emplace(std::string(n), i, s.value);
+          if (!added && i < it->second.first) it->second = {i, s.value};
+        });
+    for (auto& [n, v] : found) out.try_emplace(n, v.second);
+  }
+  return out;
+}
+
 std::optional<uint64_t> ElfFile::to_offset(uint64_t vaddr) const {
   for (auto& l : exec_loads_)
     if (vaddr >= l.vaddr && vaddr < l.vaddr + l.memsz) return vaddr - l.vaddr + l.offset;

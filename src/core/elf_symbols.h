@@ -1,7 +1,9 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,6 +50,9 @@ class ElfFile {
   // symbol order would jump across the whole table for each.
   void for_each_named(const SymbolSection& s, const std::function<bool(const Sym&)>& want,
                       const std::function<void(uint64_t, const Sym&, std::string_view)>& f) const;
+  // The values of the named symbols the file defines, of any type (.dynsym first, then .symtab;
+  // the first of a name wins): what a process exports by name, data included (_PyRuntime).
+  std::map<std::string, uint64_t> values_of(const std::set<std::string>& names) const;
   // The file offset of a virtual address inside an executable segment.
   std::optional<uint64_t> to_offset(uint64_t vaddr) const;
   bool is_executable() const { return is_exec_; }

@@ -85,6 +85,12 @@ std::vector<MapEntry> read_proc_maps(pid_t pid) {
   return parse_maps(text);
 }
 
+const MapEntry* mapping_at(const std::vector<MapEntry>& maps, uint64_t addr) {
+  for (auto& m : maps)
+    if (addr >= m.start && addr < m.end) return &m;
+  return nullptr;
+}
+
 std::vector<MapEntry> read_exec_file_maps(pid_t pid) {
   std::vector<MapEntry> out;
   for (auto& m : read_proc_maps(pid))

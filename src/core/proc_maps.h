@@ -29,6 +29,8 @@ std::optional<MapEntry> parse_maps_line(std::string_view line);
 std::vector<MapEntry> parse_maps(std::string_view text);
 // /proc/PID/maps read now (empty when the process is gone or it cannot be read).
 std::vector<MapEntry> read_proc_maps(pid_t pid);
+// The mapping holding addr; nullptr when none does.
+const MapEntry* mapping_at(const std::vector<MapEntry>& maps, uint64_t addr);
 // Only executable file mappings, in address order: what probes and symbols are looked up in.
 std::vector<MapEntry> read_exec_file_maps(pid_t pid);
 

@@ -10,27 +10,24 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#ifndef CAP_PERFMON
-#define CAP_PERFMON 38
-#endif
-#ifndef CAP_BPF
-#define CAP_BPF 39
-#endif
-
 namespace gpuscope {
 
-bool has_bpf_privileges() {
+bool has_capability(int cap) {
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
-  if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1u; };
-  return has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+  if (cap < 0 || cap >= 64 || syscall(SYS_capget, &hdr, data) != 0) return false;
+  return (data[cap / 32].effective >> (cap % 32)) & 1u;
+}
+
+bool has_bpf_privileges() {
+  return has_capability(kCapSysAdmin) || (has_capability(kCapBpf) && has_capability(kCapPerfmon));
 }
 
 void require_bpf_privileges() {
@@ -42,6 +39,13 @@ bool pid_exists(pid_t pid) {
   if (pid <= 0) return false;
   struct stat st;
   return stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+}
+
+bool process_running(pid_t pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto p = stat.rfind(')');
+  return p == std::string::npos || p + 2 >= stat.size() || (stat[p + 2] != 'Z' && stat[p + 2] != 'X');
 }
 
 std::optional<std::string> read_file_opt(const std::string& path) {

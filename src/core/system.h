@@ -17,11 +17,17 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Capabilities by number (linux/capability.h); kernel headers before 5.8 lack the last two.
+inline constexpr int kCapSysAdmin = 21, kCapPerfmon = 38, kCapBpf = 39;
+// In the effective set.
+bool has_capability(int cap);
 // CAP_SYS_ADMIN, or CAP_BPF together with CAP_PERFMON, in the effective set.
 bool has_bpf_privileges();
 void require_bpf_privileges();
 
 bool pid_exists(pid_t pid);
+// Running: neither gone nor an unreaped zombie (which kill(pid, 0) alone calls alive).
+bool process_running(pid_t pid);
 std::string read_file(const std::string& path);
 std::optional<std::string> read_file_opt(const std::string& path);
 std::string proc_comm(pid_t pid);

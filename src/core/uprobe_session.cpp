@@ -15,11 +15,6 @@
 
 namespace gpuscope {
 
-void Scope::validate() const {
-  for (pid_t pid : pids)
-    if (!pid_exists(pid)) throw UsageError("pid " + std::to_string(pid) + " does not exist");
-}
-
 std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred) {
   std::vector<bool> rows(GS_API_COUNT);
   for (unsigned i = 0; i < GS_API_COUNT; i++) rows[i] = pred(api_desc(i));

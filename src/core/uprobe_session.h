@@ -17,20 +17,12 @@
 #include "core/cuda_api.h"
 #include "core/discovery.h"
 #include "core/event_loop.h"
+#include "core/scope.h"
 #include "core/system.h"
 
 struct session_bpf;
 
 namespace gpuscope {
-
-// -p, -c and --lib: which processes and files a capability watches.
-struct Scope {
-  std::vector<pid_t> pids;        // only these host pids; empty: every process
-  std::string comm;               // only processes with this name (checked in BPF)
-  std::vector<std::string> libs;  // also probe these files
-  // Throws UsageError for a pid that does not exist.
-  void validate() const;
-};
 
 // One program at the selected rows: entry, return, or both as a uprobe session (the session
 // kind needs the collector loaded with open_and_load_session).

@@ -3,7 +3,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <dlfcn.h>
-#include <linux/capability.h>
 #include <linux/magic.h>
 #include <linux/perf_event.h>
 #include <sys/stat.h>
@@ -17,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,15 +25,10 @@
 #include "common/loadable.h"
 #include "core/bpf.h"
 #include "core/discovery.h"
-#include "core/system.h"
 #include "core/cuda_api.h"
-
-#ifndef CAP_PERFMON
-#define CAP_PERFMON 38
-#endif
-#ifndef CAP_BPF
-#define CAP_BPF 39
-#endif
+#include "core/output.h"
+#include "core/proc_maps.h"
+#include "core/system.h"
 
 namespace gpuscope {
 
@@ -93,16 +86,10 @@ int try_perf_event(perf_event_attr attr, pid_t pid = 0, int cpu = -1) {
 
 // File offset of `addr` in the file mapped there, from /proc/self/maps.
 std::optional<uint64_t> self_file_offset(uintptr_t addr) {
-  FILE* f = fopen("/proc/self/maps", "re");
-  if (!f) return std::nullopt;
-  std::optional<uint64_t> off;
-  unsigned long start, end, pgoff;
-  char line[4352];
-  while (!off && fgets(line, sizeof line, f))
-    if (sscanf(line, "%lx-%lx %*s %lx", &start, &end, &pgoff) == 3 && addr >= start && addr < end)
-      off = addr - start + pgoff;
-  fclose(f);
-  return off;
+  auto maps = read_proc_maps(getpid());
+  const MapEntry* m = mapping_at(maps, addr);
+  if (!m) return std::nullopt;
+  return addr - m->start + m->file_offset;
 }
 
 void check_system(Doctor& d) {
@@ -228,13 +215,10 @@ void check_mounts(Doctor& d) {
 
 void check_privileges(Doctor& d) {
   const char* S = "Privileges";
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  bool got = syscall(SYS_capget, &hdr, data) == 0;
   const std::pair<const char*, int> caps[] = {
-      {"CAP_BPF", CAP_BPF}, {"CAP_PERFMON", CAP_PERFMON}, {"CAP_SYS_ADMIN", CAP_SYS_ADMIN}};
+      {"CAP_BPF", kCapBpf}, {"CAP_PERFMON", kCapPerfmon}, {"CAP_SYS_ADMIN", kCapSysAdmin}};
   for (auto [name, cap] : caps) {
-    bool has = got && ((data[cap / 32].effective >> (cap % 32)) & 1u);
+    bool has = has_capability(cap);
     d.add(S, name, has, has ? "effective" : "missing");
   }
   d.add(S, "privileges", d.priv,
@@ -313,14 +297,14 @@ struct Sub {
 
 // Each subcommand needs every group; a group is met when any of its checks is ok.
 // `optional` checks only make it partial.
-std::vector<Sub> judge(const Doctor& d) {
-  using Groups = std::vector<std::vector<std::string>>;
-  struct Need {
-    const char* name;
-    Groups all;
-    std::vector<std::string> optional;
-  };
-  const std::vector<Need> needs = {
+struct Need {
+  const char* name;
+  std::vector<std::vector<std::string>> all;
+  std::vector<std::string> optional;
+};
+
+const std::vector<Need>& needs() {
+  static const std::vector<Need> n = {
       {"trace", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"latency", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"kernels", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
@@ -332,42 +316,47 @@ std::vector<Sub> judge(const Doctor& d) {
       {"timeline", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"run", {}, {}},  // starts a command: needs nothing of the host
   };
+  return n;
+}
+
+// What keeps a subcommand from working; without privileges that is said once, and what would
+// likely work as root is left out.
+std::vector<std::string> missing(const Doctor& d, const Need& n) {
+  std::vector<std::string> out;
+  if (!d.priv && !n.all.empty()) out.push_back(kRootHint);
+  for (auto& group : n.all) {
+    bool met = false, root = false;
+    for (auto& c : group) met |= d.get(c).ok, root |= d.get(c).blocked_by_privileges;
+    if (met || root || group[0] == "privileges") continue;
+    if (group.size() == 1)
+      out.push_back(group[0] + ": " + d.get(group[0]).detail);
+    else
+      out.push_back(fmt::format("neither {}: {}, nor {}: {}", group[0], d.get(group[0]).detail, group[1],
+                                d.get(group[1]).detail));
+  }
+  return out;
+}
+
+Sub verdict(const Doctor& d, const Need& n) {
+  if (auto m = missing(d, n); !m.empty()) return {n.name, "unavailable", fmt::format("{}", fmt::join(m, "; "))};
+  std::vector<std::string> lacking;
+  for (auto& c : n.optional)
+    if (!d.get(c).ok)
+      lacking.push_back(c + ": " + d.get(c).detail + " (exits are noticed by a sweep each interval, not at once)");
+  if (lacking.empty()) return {n.name, "ok", ""};
+  return {n.name, "partial", fmt::format("{}", fmt::join(lacking, "; "))};
+}
+
+std::vector<Sub> judge(const Doctor& d) {
   // Subcommands this binary has; the others' needs stay listed above for when they land.
   static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",  "kernels",
                                               "memleak", "starvation", "timeline", "run",   "agent"};
-  auto why = [&](const std::string& n) { return n + ": " + d.get(n).detail; };
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
-  for (auto& n : needs) {
+  for (auto& n : needs()) {
     if (!built.count(n.name)) continue;
-    // Without privileges say so once, and leave out what would likely work as root.
-    std::vector<std::string> missing;
-    if (!d.priv && !n.all.empty()) missing.push_back(kRootHint);
-    for (auto& group : n.all) {
-      bool met = false, root = false;
-      for (auto& c : group) met |= d.get(c).ok, root |= d.get(c).blocked_by_privileges;
-      if (met || root || group[0] == "privileges") continue;
-      if (group.size() == 1)
-        missing.push_back(why(group[0]));
-      else
-        missing.push_back(fmt::format("neither {}: {}, nor {}: {}", group[0], d.get(group[0]).detail, group[1],
-                                      d.get(group[1]).detail));
-    }
-    if (!missing.empty()) {
-      out.push_back({n.name, "unavailable", fmt::format("{}", fmt::join(missing, "; "))});
-      not_ok.push_back(n.name);
-      continue;
-    }
-    std::vector<std::string> lacking;
-    for (auto& c : n.optional)
-      if (!d.get(c).ok) lacking.push_back(why(c) + " (exits are noticed by a sweep each interval, not at once)");
-    if (lacking.empty()) {
-      out.push_back({n.name, "ok", ""});
-      ok.push_back(n.name);
-    } else {
-      out.push_back({n.name, "partial", fmt::format("{}", fmt::join(lacking, "; "))});
-      not_ok.push_back(n.name);
-    }
+    out.push_back(verdict(d, n));
+    (out.back().status == "ok" ? ok : not_ok).push_back(n.name);
   }
   if (!built.count("agent")) return out;
   if (not_ok.empty())
@@ -380,20 +369,21 @@ std::vector<Sub> judge(const Doctor& d) {
 }
 
 void print_json(const Doctor& d, const std::vector<Library>& libs, const std::vector<Sub>& subs) {
-  using json = nlohmann::ordered_json;
+  Writer w;
+  auto& b = w.buf();
   for (auto& c : d.checks)
-    puts(json{{"type", "check"}, {"name", c.name}, {"ok", c.ok}, {"detail", c.detail}}.dump().c_str());
-  for (auto& l : libs)
-    puts(json{{"type", "library"},
-              {"path", l.path},
-              {"pid", l.pid ? json(l.pid) : json(nullptr)},
-              {"where", where(l)},
-              {"api_symbols", l.symbols},
-              {"static_cudart", l.static_cudart}}
-             .dump()
-             .c_str());
+    JsonLine(b).str("type", "check").str("name", c.name).boolean("ok", c.ok).str("detail", c.detail).end();
+  for (auto& l : libs) {
+    JsonLine j(b);
+    j.str("type", "library").str("path", l.path);
+    if (l.pid)
+      j.num("pid", l.pid);
+    else
+      j.null("pid");
+    j.str("where", where(l)).num("api_symbols", l.symbols).boolean("static_cudart", l.static_cudart).end();
+  }
   for (auto& s : subs)
-    puts(json{{"type", "subcommand"}, {"name", s.name}, {"status", s.status}, {"reason", s.reason}}.dump().c_str());
+    JsonLine(b).str("type", "subcommand").str("name", s.name).str("status", s.status).str("reason", s.reason).end();
 }
 
 void print_text(const Doctor& d, const std::vector<Library>& libs, const std::vector<Sub>& subs) {

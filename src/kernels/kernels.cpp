@@ -108,12 +108,36 @@ bool spelled_alike(const std::string& mangled) {
 
 int open_mem(pid_t pid) { return open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC); }
 
+// Handles and the exact mangled names they should point at.
+using KnownHandles = std::vector<std::pair<uint64_t, const std::string*>>;
+
+// What the first objects hold, for a user (or a bug report) to see why no layout matched.
+std::string objects_seen(pid_t pid, const KnownHandles& known) {
+  std::string seen;
+  int m = open_mem(pid);
+  if (m < 0) return seen;
+  for (auto& [h, name] : known)
+    if (auto n = object_name(m, h, 8); n && *n != *name) {
+      seen += fmt::format("; first disagreement at +8: 0x{:x} should name {} but names {}", h, name->substr(0, 400),
+                          n->substr(0, 400));
+      break;
+    }
+  for (size_t i = 0; i < known.size() && i < 2; i++) {
+    seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
+    for (int off = 0; off <= 32; off += 8) {
+      auto n = object_name(m, known[i].first, off);
+      uint64_t v = 0;
+      if (pread(m, &v, sizeof v, static_cast<off_t>(known[i].first + off)) != sizeof v) break;
+      seen += fmt::format(" +{}=0x{:x}{}", off, v, n ? " (" + n->substr(0, 80) + ")" : "");
+    }
+  }
+  close(m);
+  return seen;
+}
+
 }  // namespace
 
-// One launch program per launch kind, so that the kind is a constant in BPF; the namers and
-// capture calls share theirs (the row, the cookie, says which).
-KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
-    : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
+void KernelsCollector::choose_layer() {
   switch (cfg_.layer) {
     case CountLayer::Driver:
       driver_only_ = true;
@@ -128,16 +152,11 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
                                      "fail before reaching a driver)";
       break;
   }
-  bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
-    set_comm_filter(skel->rodata, cfg_.comm);
-    skel->rodata->driver_only = driver_only_;
-    if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
-    auto& p = skel->progs;
-    return std::vector<bpf_program*>{p.gs_k_cuda_launch,    p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,
-                                     p.gs_k_cuda_host_func, p.gs_k_cu_launch,      p.gs_k_cu_launch_ex,
-                                     p.gs_k_cu_graph,       p.gs_k_cu_host_func,   p.gs_k_launch_exit,
-                                     p.gs_k_capture,        p.gs_k_name_enter,     p.gs_k_name_exit};
-  });
+}
+
+// One launch program per launch kind, so that the kind is a constant in BPF; the namers and
+// capture calls share theirs (the row, the cookie, says which).
+std::vector<SiteProbe> KernelsCollector::site_probes() const {
   auto& p = skel_->progs;
   auto launch = [](unsigned special, unsigned layer = GS_LAYER_COUNT) {
     return rows_where([=](const gs_api_desc& d) {
@@ -155,7 +174,6 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
       {p.gs_k_name_enter, false, namers},
       {p.gs_k_name_exit, true, namers},
   };
-  if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
   std::vector<SiteProbe> counting{
       {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
       {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
@@ -171,11 +189,25 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
     probes.push_back({p.gs_k_cuda_host_func, false, launch(GS_SP_HOST_FUNC, GS_LAYER_RUNTIME)});
     probes.push_back({p.gs_k_launch_exit, true, runtime_launches});
   }
-  session.add(std::move(probes), multi);
-  if (bpf_link* l = bpf_program__attach(skel_->progs.gs_k_proc_exit))
-    links_.emplace_back(l);
-  else
-    exit_hook_error_ = strerror(errno);
+  return probes;
+}
+
+KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
+    : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
+  choose_layer();
+  bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
+    apply_scope(skel->rodata, cfg_.scope);
+    skel->rodata->driver_only = driver_only_;
+    if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
+    auto& p = skel->progs;
+    return std::vector<bpf_program*>{p.gs_k_cuda_launch,    p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,
+                                     p.gs_k_cuda_host_func, p.gs_k_cu_launch,      p.gs_k_cu_launch_ex,
+                                     p.gs_k_cu_graph,       p.gs_k_cu_host_func,   p.gs_k_launch_exit,
+                                     p.gs_k_capture,        p.gs_k_name_enter,     p.gs_k_name_exit};
+  });
+  if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
+  session.add(site_probes(), multi);
+  hooks_.attach_exit(skel_->progs.gs_k_proc_exit);
   rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t sz) {
     if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
   });
@@ -549,7 +581,7 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
   // Only handles whose exact mangled name is known: a demangled name may be shown in part.
   // And only handles that were launched: the driver fills a kernel's object in when it is
   // first used (lazy loading), so an object behind an unused handle variable may hold nothing.
-  using Known = std::vector<std::pair<uint64_t, const std::string*>>;
+  using Known = KnownHandles;
   auto named = [&](auto first, auto last, auto handle_of) {
     Known k;
     for (auto it = first; it != last && k.size() < kLayoutChecks; ++it)
@@ -602,30 +634,10 @@ void KernelsCollector::learn_layout(pid_t pid, DriverLayout& l) {
                     basename_of(l.lib), l.offset, known.size()));
   } else {
     l.failed = true;
-    // What the first objects hold, for a user (or a bug report) to see why nothing matched.
-    std::string seen;
-    if (int m = open_mem(pid); m >= 0) {
-      for (auto& [h, name] : known)
-        if (auto n = object_name(m, h, 8); n && *n != *name) {
-          seen += fmt::format("; first disagreement at +8: 0x{:x} should name {} but names {}", h, name->substr(0, 400),
-                              n->substr(0, 400));
-          break;
-        }
-      for (size_t i = 0; i < known.size() && i < 2; i++) {
-        seen += fmt::format("; 0x{:x} should name {}:", known[i].first, *known[i].second);
-        for (int off = 0; off <= 32; off += 8) {
-          auto n = object_name(m, known[i].first, off);
-          uint64_t v = 0;
-          if (pread(m, &v, sizeof v, static_cast<off_t>(known[i].first + off)) != sizeof v) break;
-          seen += fmt::format(" +{}=0x{:x}{}", off, v, n ? " (" + n->substr(0, 80) + ")" : "");
-        }
-      }
-      close(m);
-    }
     notes_.push_back(
         fmt::format("kernels: {}'s function objects hold no name that matches {} named handles at any "
                     "offset up to +{}: handles named before gpuscope started stay unknown{}",
-                    basename_of(l.lib), known.size(), kMaxLayoutOffset, seen));
+                    basename_of(l.lib), known.size(), kMaxLayoutOffset, objects_seen(pid, known)));
   }
 }
 

@@ -48,7 +48,7 @@ enum class CountLayer { Auto, Driver, Both };
 class KernelsCollector {
  public:
   struct Config {
-    std::string comm;
+    Scope scope;
     CountLayer layer = CountLayer::Auto;
     // Only the naming calls are probed (trace names its launches): nothing is counted.
     bool naming_only = false;
@@ -67,8 +67,8 @@ class KernelsCollector {
   KernelsCollector(UprobeSession& session, Config cfg);
   ~KernelsCollector();
   // Whether exits are seen; when not, why (exited processes keep their rows).
-  bool exits_hooked() const { return exit_hook_error_.empty(); }
-  const std::string& exit_hook_error() const { return exit_hook_error_; }
+  bool exits_hooked() const { return hooks_.exits(); }
+  const std::string& exit_hook_error() const { return hooks_.exit_error(); }
   void on_exit(ExitSink sink) { exit_sink_ = std::move(sink); }
   // After session.start(): reads the handle variables of the processes already running.
   void start(UprobeSession& session);
@@ -84,7 +84,7 @@ class KernelsCollector {
   void drain();
   // Detaches the exit hook (a trampoline: its grace period is long, so callers overlap it with
   // the session's detach).
-  void detach() { destroy_links(links_); }
+  void detach() { hooks_.detach(); }
   // Every current row, named (unknown rows are tried again), in (pid, layer, handle) order.
   std::vector<KernelRow> snapshot();
   Stats stats() const;
@@ -120,6 +120,8 @@ class KernelsCollector {
   using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (pid, layer, handle)
   using PH = std::pair<uint32_t, uint64_t>;              // (pid, handle)
 
+  void choose_layer();
+  std::vector<SiteProbe> site_probes() const;
   void on_event(const gs_k_event& e);
   const HandleVars& handle_vars(pid_t pid, const MapEntry& m);
   std::string module_of(pid_t pid, uint64_t addr) { return syms_.module_of(pid, addr); }
@@ -142,9 +144,8 @@ class KernelsCollector {
 
   Config cfg_;
   std::unique_ptr<kernels_bpf, void (*)(kernels_bpf*)> skel_;
-  std::vector<Link> links_;
+  OwnHooks hooks_;
   std::unique_ptr<RingBuffer> rb_;
-  std::string exit_hook_error_;
   ExitSink exit_sink_;
   std::set<uint32_t> exits_;  // exited, not yet finished
   bool defer_exits_ = false;

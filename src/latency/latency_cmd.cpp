@@ -42,10 +42,77 @@ class LatencyView {
   void print_probes(const std::vector<LatencySiteCounts>& sites);
 
  private:
+  const LatencyRow* prev_row(const LatencySnapshot::Key& key) const;
+  void write_json(const LatencySnapshot::Key& key, const LatencyStats& s);
+  void write_text(const LatencySnapshot::Key& key, const LatencyStats& s, const LatencyRow& row);
+  void write_errors_json(const LatencySnapshot& now);
+
   const LatencyOptions& o_;
   Writer out_;
   LatencySnapshot prev_;
 };
+
+// Calls of one return code since the previous snapshot's row (none: all of them).
+uint64_t ret_delta(const LatencyRow* old, int32_t ret, uint64_t n) {
+  if (!old) return n;
+  auto r = old->rets.find(ret);
+  return n - (r == old->rets.end() ? 0 : r->second);
+}
+
+const LatencyRow* LatencyView::prev_row(const LatencySnapshot::Key& key) const {
+  auto p = prev_.rows.find(key);
+  return p == prev_.rows.end() ? nullptr : &p->second;
+}
+
+void LatencyView::write_json(const LatencySnapshot::Key& key, const LatencyStats& s) {
+  auto [pid, api] = key;
+  JsonLine j(out_.buf());
+  j.str("type", "latency");
+  if (o_.per_process) j.num("pid", pid);
+  j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
+  unsigned first = kLatBuckets, last = 0;
+  for (unsigned i = 0; i < kLatBuckets; i++)
+    if (s.buckets[i]) first = std::min(first, i), last = i;
+  j.begin_array("buckets");
+  for (unsigned i = first; i <= last; i++)
+    j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
+  j.end_array();
+  j.num("count", s.count())
+      .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))
+      .num("p95_ns", static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)))
+      .num("p99_ns", static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)))
+      .num("max_ns", s.max_ns)
+      .end();
+}
+
+void LatencyView::write_text(const LatencySnapshot::Key& key, const LatencyStats& s, const LatencyRow& row) {
+  auto it = std::back_inserter(out_.buf());
+  auto [pid, api] = key;
+  std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
+                                  o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");
+  render_histogram(out_.buf(), title, s);
+  fmt::format_to(it, "  return codes:\n");
+  const LatencyRow* old = prev_row(key);
+  for (auto& [ret, n] : row.rets)
+    if (uint64_t d = ret_delta(old, ret, n)) fmt::format_to(it, "    {:<40} {}\n", latency_ret_name(api, ret), d);
+  fmt::format_to(it, "\n");
+}
+
+void LatencyView::write_errors_json(const LatencySnapshot& now) {
+  for (auto& [key, row] : now.rows) {
+    auto [pid, api] = key;
+    const LatencyRow* old = prev_row(key);
+    for (auto& [ret, n] : row.rets) {
+      uint64_t d = ret_delta(old, ret, n);
+      if (!d) continue;
+      JsonLine j(out_.buf());
+      j.str("type", "errors");
+      if (o_.per_process) j.num("pid", pid);
+      j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", latency_ret_name(api, ret)).num("count", d);
+      j.end();
+    }
+  }
+}
 
 void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCollector::Stats* stats) {
   auto it = std::back_inserter(out_.buf());
@@ -56,15 +123,6 @@ void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCol
     localtime_r(&t, &tm);
     fmt::format_to(it, "{:02}:{:02}:{:02}\n", tm.tm_hour, tm.tm_min, tm.tm_sec);
   }
-  auto prev_row = [&](const LatencySnapshot::Key& key) -> const LatencyRow* {
-    auto p = prev_.rows.find(key);
-    return p == prev_.rows.end() ? nullptr : &p->second;
-  };
-  auto ret_delta = [](const LatencyRow* old, int32_t ret, uint64_t n) {
-    if (!old) return n;
-    auto r = old->rets.find(ret);
-    return n - (r == old->rets.end() ? 0 : r->second);
-  };
   for (auto& [key, row] : now.rows) {
     LatencyStats s;
     const LatencyRow* old = prev_row(key);
@@ -72,50 +130,12 @@ void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCol
     if (s.count() == 0) continue;
     s.max_ns = row.max_ns;
     any = true;
-    auto [pid, api] = key;
-    if (o_.common.json) {
-      JsonLine j(out_.buf());
-      j.str("type", "latency");
-      if (o_.per_process) j.num("pid", pid);
-      j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
-      unsigned first = kLatBuckets, last = 0;
-      for (unsigned i = 0; i < kLatBuckets; i++)
-        if (s.buckets[i]) first = std::min(first, i), last = i;
-      j.begin_array("buckets");
-      for (unsigned i = first; i <= last; i++)
-        j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
-      j.end_array();
-      j.num("count", s.count())
-          .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))
-          .num("p95_ns", static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)))
-          .num("p99_ns", static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)))
-          .num("max_ns", s.max_ns)
-          .end();
-    } else {
-      std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
-                                      o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");
-      render_histogram(out_.buf(), title, s);
-      fmt::format_to(it, "  return codes:\n");
-      for (auto& [ret, n] : row.rets)
-        if (uint64_t d = ret_delta(old, ret, n)) fmt::format_to(it, "    {:<40} {}\n", latency_ret_name(api, ret), d);
-      fmt::format_to(it, "\n");
-    }
+    if (o_.common.json)
+      write_json(key, s);
+    else
+      write_text(key, s, row);
   }
-  if (o_.common.json) {
-    for (auto& [key, row] : now.rows) {
-      auto [pid, api] = key;
-      const LatencyRow* old = prev_row(key);
-      for (auto& [ret, n] : row.rets) {
-        uint64_t d = ret_delta(old, ret, n);
-        if (!d) continue;
-        JsonLine j(out_.buf());
-        j.str("type", "errors");
-        if (o_.per_process) j.num("pid", pid);
-        j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", latency_ret_name(api, ret)).num("count", d);
-        j.end();
-      }
-    }
-  }
+  if (o_.common.json) write_errors_json(now);
   if (!any && !o_.common.json && (final || o_.interval_s > 0)) fmt::format_to(it, "no calls of the selected APIs\n\n");
   if (stats && (stats->untimed_no_state || stats->uncounted_hist_full))
     fprintf(stderr, "gpuscope: %llu calls not timed (no per-thread state), %llu not counted (histogram map full)\n",
@@ -156,11 +176,10 @@ void LatencyView::print_probes(const std::vector<LatencySiteCounts>& sites) {
 
 int run_latency(const LatencyOptions& o) {
   std::vector<bool> apis = select_apis(o.apis, "all");
-  o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  LatencyCollector latency(session, {apis, o.per_process, o.scope.comm, o.launch_sample});
+  LatencyCollector latency(session, {apis, o.per_process, o.scope, o.launch_sample});
   LatencyView view(o);
   session.start();
   EventLoop loop(o.common.duration_s);
@@ -183,11 +202,8 @@ int run_latency(const LatencyOptions& o) {
 }  // namespace
 
 void register_latency(CLI::App& app) {
-  auto o = std::make_shared<LatencyOptions>();  // held by the command registry until exit
-  auto* cmd =
-      app.add_subcommand("latency", "Histograms of CUDA API call latency and return-code counts, aggregated in BPF");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope);
+  auto [cmd, o] = new_command<LatencyOptions>(
+      app, "latency", "Histograms of CUDA API call latency and return-code counts, aggregated in BPF", run_latency);
   cmd->add_option("--api", o->apis,
                   "APIs to time (comma-separated; default cudaMalloc,cudaFree,cudaMemcpy,"
                   "cudaStreamSynchronize,cudaDeviceSynchronize,cuLaunchKernel,cuMemAlloc_v2)")
@@ -203,7 +219,6 @@ void register_latency(CLI::App& app) {
       "  gpuscope latency -d 10                       # default APIs, host-wide, printed at the end\n"
       "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
       "  gpuscope latency -p 1234 --json");
-  add_command(cmd, [o] { return run_latency(*o); });
 }
 
 }  // namespace gpuscope

@@ -48,7 +48,7 @@ class LatencyCollector {
   struct Config {
     std::vector<bool> apis;  // rows to time (select_apis)
     bool per_process = false;
-    std::string comm;
+    Scope scope;
     // Time one launch in this many (GS_ROLE_LAUNCH rows); honoured only with uprobe sessions,
     // where an untimed launch costs no return probe. 1: every call.
     unsigned launch_sample = 1;

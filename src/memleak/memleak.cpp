@@ -41,13 +41,23 @@ std::vector<MemleakDevice> device_list(const std::map<int32_t, MemleakDevice>& d
   return r;
 }
 
+// Deletes the entries `pred` accepts.
+template <class K, class V, class Pred>
+void delete_where(int fd, Pred pred) {
+  std::vector<K> dead;
+  for_each_entry<K, V>(fd, [&](const K& k, const V& v) {
+    if (pred(k, v)) dead.push_back(k);
+  });
+  for (auto& k : dead) bpf_map_delete_elem(fd, &k);
+}
+
 }  // namespace
 
 MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, memleak_bpf__destroy) {
   bool multi = open_and_load_uprobes(skel_, memleak_bpf__open, memleak_bpf__load, [&](memleak_bpf* skel) {
     auto* ro = skel->rodata;
-    set_comm_filter(ro, cfg_.comm);
+    apply_scope(ro, cfg_.scope);
     ro->capture_stacks = cfg_.stacks;
     ro->py_walk = cfg_.stacks && cfg_.py_frames;
     if (!ro->py_walk) {
@@ -62,19 +72,11 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     if (cfg_.stacks) bpf_map__set_max_entries(skel->maps.ml_stacks, allocs);
     return std::vector<bpf_program*>{skel->progs.ml_enter, skel->progs.ml_exit};
   });
-  bool exits = true;
-  if (bpf_link* l = bpf_program__attach(skel_->progs.ml_proc_exit))
-    links_.emplace_back(l);
-  else
-    exits = false;
-  if (bpf_link* l = bpf_program__attach(skel_->progs.ml_proc_exec))
-    links_.emplace_back(l);
-  else
-    exec_hook_ = false;
+  hooks_.attach_exit(skel_->progs.ml_proc_exit);
+  exec_hook_ = hooks_.attach(skel_->progs.ml_proc_exec);
   auto rows = apis_with_role(GS_ROLE_MEM | GS_ROLE_CONTEXT);
   session.add({{skel_->progs.ml_enter, false, rows}, {skel_->progs.ml_exit, true, rows}}, multi,
               [this](const CudaObject&) { attached_new_ = true; });
-  if (!exits) exit_hook_error_ = strerror(errno);
   if (skel_->rodata->py_walk) {
     auto& m = skel_->maps;
     py_ = std::make_unique<PyStacks>(
@@ -98,7 +100,7 @@ void MemleakCollector::start(UprobeSession& session) {
   skel_->bss->session_start_ns = skel_->bss->watch_since_ns;
   attached_new_ = false;
   if (cfg_.stacks) {
-    for (pid_t p : cfg_.pids) stacks_.snapshot(p);
+    for (pid_t p : cfg_.scope.pids) stacks_.snapshot(p);
     // A process that maps a CUDA library is about to allocate: its interpreter is found now.
     for (pid_t p : session.initial_pids())
       if (py_) py_->track(p);
@@ -234,35 +236,7 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
     }
   }
 
-  auto drop_pid_keys = [&](int fd, auto key_tag, auto val_tag, auto owned) {
-    using K = decltype(key_tag);
-    using V = decltype(val_tag);
-    std::vector<K> dead;
-    for_each_entry<K, V>(fd, [&](const K& k, const V& v) {
-      if (owned(k, v)) dead.push_back(k);
-    });
-    for (auto& k : dead) bpf_map_delete_elem(fd, &k);
-  };
-  drop_pid_keys(bpf_map__fd(skel_->maps.ml_freed), gs_ml_key{}, gs_ml_freed{},
-                [&](const gs_ml_key& k, const gs_ml_freed&) {
-                  return by_life.count({k.pid, k.gen_ns}) > 0;
-                });
-  drop_pid_keys(bpf_map__fd(skel_->maps.ml_ctxs), gs_ml_ctx_key{}, gs_ml_ctx{},
-                [&](const gs_ml_ctx_key& k, const gs_ml_ctx& v) {
-                  return by_life.count({k.pid, v.gen_ns}) > 0;
-                });
-  drop_pid_keys(bpf_map__fd(skel_->maps.ml_errors), gs_ml_err_key{}, gs_ml_err_val{},
-                [&](const gs_ml_err_key& k, const gs_ml_err_val& v) {
-                  return by_life.count({k.pid, v.gen_ns}) > 0;
-                });
-  if (cfg_.stacks) {
-    // Stacks whose allocation is gone (a free raced the exit): nothing else owns them.
-    drop_pid_keys(bpf_map__fd(skel_->maps.ml_stacks), gs_ml_key{}, gs_ml_stack{},
-                  [&](const gs_ml_key& k, const gs_ml_stack&) {
-                    gs_ml_alloc a;
-                    return pids.count(k.pid) && bpf_map_lookup_elem(afd, &k, &a) != 0;
-                  });
-  }
+  drop_ended(by_life, pids);
   for (auto& e : ends) {
     comms_.erase(e.life.pid);  // exec: the new image has its own name
     if (e.state == "exited") stacks_.forget(static_cast<pid_t>(e.life.pid));
@@ -271,6 +245,26 @@ void MemleakCollector::finish(const std::vector<Ending>& ends) {
       if (e.state == "exec") py_->track(static_cast<pid_t>(e.life.pid));
     }
   }
+}
+
+// The frees, contexts, error counts and orphan stacks of ended lives.
+void MemleakCollector::drop_ended(const std::map<Life, const Ending*>& by_life, const std::set<uint32_t>& pids) {
+  auto ended = [&](uint32_t pid, uint64_t gen_ns) { return by_life.count({pid, gen_ns}) > 0; };
+  delete_where<gs_ml_key, gs_ml_freed>(bpf_map__fd(skel_->maps.ml_freed),
+                                       [&](const gs_ml_key& k, const gs_ml_freed&) { return ended(k.pid, k.gen_ns); });
+  delete_where<gs_ml_ctx_key, gs_ml_ctx>(
+      bpf_map__fd(skel_->maps.ml_ctxs),
+      [&](const gs_ml_ctx_key& k, const gs_ml_ctx& v) { return ended(k.pid, v.gen_ns); });
+  delete_where<gs_ml_err_key, gs_ml_err_val>(
+      bpf_map__fd(skel_->maps.ml_errors),
+      [&](const gs_ml_err_key& k, const gs_ml_err_val& v) { return ended(k.pid, v.gen_ns); });
+  if (!cfg_.stacks) return;
+  // Stacks whose allocation is gone (a free raced the exit): nothing else owns them.
+  int afd = bpf_map__fd(skel_->maps.ml_allocs);
+  delete_where<gs_ml_key, gs_ml_stack>(bpf_map__fd(skel_->maps.ml_stacks), [&](const gs_ml_key& k, const gs_ml_stack&) {
+    gs_ml_alloc a;
+    return pids.count(k.pid) && bpf_map_lookup_elem(afd, &k, &a) != 0;
+  });
 }
 
 // Processes whose exit event was lost (ring buffer full) or never came (no exit hook).

@@ -284,24 +284,15 @@ void MemleakView::interval(const MemleakSnapshot& s) {
 
 void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st) {
   if (o_.common.json) {
-    JsonLine(out_.buf())
-        .str("type", "drops")
-        .num("allocs_not_recorded_map_full", d.allocs_map_full)
-        .num("calls_untracked_process_map_full", d.procs_map_full)
-        .num("events_lost_ringbuf_full", d.events_lost)
-        .num("calls_without_thread_state", d.no_thread_state)
-        .num("stacks_lost", d.stacks_lost)
-        .num("error_codes_not_recorded", d.error_codes_lost)
-        .num("py_chains_truncated", d.py.truncated)
-        .num("py_walks_unreadable", d.py.read_errors)
-        .num("py_chains_not_kept", d.py.stacks_full)
-        .num("py_notices_lost", d.py.events_lost)
-        .num("contexts_not_recorded_map_full", d.contexts_lost)
-        .num("probes", st.probes)
-        .num("objects", st.objects)
-        .num("attach_failures", st.attach_failures)
-        .num("attach_retries", st.attach_retries)
-        .end();
+    JsonLine j(out_.buf());
+    j.str("type", "drops").num("allocs_not_recorded_map_full", d.allocs_map_full);
+    j.num("calls_untracked_process_map_full", d.procs_map_full).num("events_lost_ringbuf_full", d.events_lost);
+    j.num("calls_without_thread_state", d.no_thread_state).num("stacks_lost", d.stacks_lost);
+    j.num("error_codes_not_recorded", d.error_codes_lost).num("py_chains_truncated", d.py.truncated);
+    j.num("py_walks_unreadable", d.py.read_errors).num("py_chains_not_kept", d.py.stacks_full);
+    j.num("py_notices_lost", d.py.events_lost).num("contexts_not_recorded_map_full", d.contexts_lost);
+    j.num("probes", st.probes).num("objects", st.objects).num("attach_failures", st.attach_failures);
+    j.num("attach_retries", st.attach_retries).end();
   } else if (d.allocs_map_full || d.procs_map_full || d.events_lost || d.no_thread_state || d.stacks_lost ||
              d.error_codes_lost || d.contexts_lost || d.py.truncated || d.py.read_errors || d.py.stacks_full ||
              d.py.events_lost) {
@@ -318,11 +309,10 @@ void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st
 }
 
 int run_memleak(const MemleakOptions& o) {
-  o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
-  MemleakCollector memleak(session, {o.scope.comm, o.scope.pids, o.stacks, !o.no_py_frames});
+  MemleakCollector memleak(session, {o.scope, o.stacks, !o.no_py_frames});
   memleak.on_note([](const std::string& line) { fprintf(stderr, "gpuscope: %s\n", line.c_str()); });
   if (!memleak.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exits are noticed by a sweep every interval\n",
@@ -364,10 +354,8 @@ int run_memleak(const MemleakOptions& o) {
 }  // namespace
 
 void register_memleak(CLI::App& app) {
-  auto o = std::make_shared<MemleakOptions>();  // held by the command registry until exit
-  auto* cmd = app.add_subcommand("memleak", "Track live GPU allocations per process; leak report when a process exits");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope);
+  auto [cmd, o] = new_command<MemleakOptions>(
+      app, "memleak", "Track live GPU allocations per process; leak report when a process exits", run_memleak);
   add_number(cmd, "--interval", o->interval_s, "Print the per-process summary every SECONDS (default 5)", "seconds",
              0.01, 86400);
   add_number(cmd, "--min-age", o->min_age_s, "List live allocations older than SECONDS as suspected leaks", "seconds",
@@ -380,7 +368,6 @@ void register_memleak(CLI::App& app) {
       "  gpuscope memleak                        # every process, summary every 5 s, leak report at exit\n"
       "  gpuscope memleak -p 1234 --min-age 60   # also list allocations older than a minute\n"
       "  gpuscope memleak -c python3 --stacks --json");
-  add_command(cmd, [o] { return run_memleak(*o); });
 }
 
 }  // namespace gpuscope

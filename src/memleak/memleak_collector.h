@@ -103,8 +103,7 @@ struct MemleakSnapshot {
 class MemleakCollector {
  public:
   struct Config {
-    std::string comm;
-    std::vector<pid_t> pids;  // -p: their stacks' mappings are read from the start
+    Scope scope;              // -p: their stacks' mappings are read from the start
     bool stacks = false;      // record and symbolize allocating stacks
     bool py_frames = true;    // with stacks: CPython frames read from the interpreter
     uint32_t max_allocs = 0;  // live allocations tracked, all processes; 0: GS_ML_MAX_ALLOCS
@@ -130,8 +129,8 @@ class MemleakCollector {
   // Loads the programs, hands them to the session and attaches the exit and exec hooks.
   MemleakCollector(UprobeSession& session, Config cfg);
   ~MemleakCollector();
-  bool exits_hooked() const { return exit_hook_error_.empty(); }
-  const std::string& exit_hook_error() const { return exit_hook_error_; }
+  bool exits_hooked() const { return hooks_.exits(); }
+  const std::string& exit_hook_error() const { return hooks_.exit_error(); }
   void on_free(FreeSink sink) { free_sink_ = std::move(sink); }
   void on_context_released(ContextSink sink) { ctx_sink_ = std::move(sink); }
   void on_end(EndSink sink) { end_sink_ = std::move(sink); }
@@ -166,6 +165,7 @@ class MemleakCollector {
   };
   void on_event(const gs_ml_event& e);
   void finish(const std::vector<Ending>& ends);
+  void drop_ended(const std::map<Life, const Ending*>& by_life, const std::set<uint32_t>& pids);
   std::map<Life, MemleakErrors> read_errors(uint8_t op, const std::set<uint32_t>* only);
   MemleakLeak leak_row(const gs_ml_key& k, const gs_ml_alloc& a, uint64_t now, const std::string& comm,
                        const std::string& state, uint64_t mapped_at);
@@ -175,9 +175,8 @@ class MemleakCollector {
 
   Config cfg_;
   std::unique_ptr<memleak_bpf, void (*)(memleak_bpf*)> skel_;
-  std::vector<Link> links_;
+  OwnHooks hooks_;
   std::unique_ptr<RingBuffer> rb_;
-  std::string exit_hook_error_;
   FreeSink free_sink_;
   std::function<void(const std::string&)> note_;
   ContextSink ctx_sink_;

@@ -2,8 +2,6 @@
 
 #include <bpf/bpf.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/elf_symbols.h"
 #include "core/fd.h"
 #include "core/proc_maps.h"
 
@@ -78,52 +77,18 @@ Fd open_mem(pid_t pid) { return Fd(open(fmt::format("/proc/{}/mem", pid).c_str()
 struct ElfObjects {
   bool exec = false;
   uint64_t first_load_vaddr = 0;
-  std::map<std::string, uint64_t> syms;  // wanted data symbols by value
+  std::map<std::string, uint64_t> syms;  // wanted symbols by value
 };
 
-// Data symbols of a file (.dynsym, then .symtab): _PyRuntime is exported by every CPython
-// build (the stripped Debian and Ubuntu executables have no .symtab).
+// _PyRuntime is exported by every CPython build (the stripped Debian and Ubuntu executables have
+// no .symtab).
 std::optional<ElfObjects> elf_objects(const std::string& path, const std::set<std::string>& want) {
-  elf_version(EV_CURRENT);
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return std::nullopt;
-  Elf* e = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
-  if (!e) return std::nullopt;
-  ElfObjects out;
-  GElf_Ehdr eh;
-  bool ok = elf_kind(e) == ELF_K_ELF && gelf_getehdr(e, &eh);
-  if (ok) {
-    out.exec = eh.e_type == ET_EXEC;
-    size_t nph = 0;
-    elf_getphdrnum(e, &nph);
-    for (size_t i = 0; i < nph; i++) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) {
-        out.first_load_vaddr = ph.p_vaddr & ~0xfffULL;
-        break;
-      }
-    }
-    for (Elf64_Word type : {SHT_DYNSYM, SHT_SYMTAB}) {
-      Elf_Scn* scn = nullptr;
-      while ((scn = elf_nextscn(e, scn))) {
-        GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh) || sh.sh_type != type || !sh.sh_entsize) continue;
-        Elf_Data* d = elf_getdata(scn, nullptr);
-        // A forged sh_size must not spin: gelf_getsym fails past the data libelf read.
-        const size_t count = std::min<uint64_t>(sh.sh_size / sh.sh_entsize, INT_MAX);
-        for (size_t i = 0; d && i < count; i++) {
-          GElf_Sym s;
-          if (!gelf_getsym(d, static_cast<int>(i), &s)) break;
-          if (s.st_shndx == SHN_UNDEF || !s.st_value) continue;
-          const char* n = elf_strptr(e, sh.sh_link, s.st_name);
-          if (n && want.count(n)) out.syms.try_emplace(n, s.st_value);
-        }
-      }
-    }
+  try {
+    ElfFile f(path);
+    return ElfObjects{f.is_executable(), f.first_load_vaddr(), f.values_of(want)};
+  } catch (const std::runtime_error&) {
+    return std::nullopt;
   }
-  elf_end(e);
-  if (!ok) return std::nullopt;
-  return out;
 }
 
 std::string base_name(const std::string& p) {
@@ -237,46 +202,57 @@ std::optional<PyTarget> find_python(pid_t pid, std::string* why) {
   return std::nullopt;
 }
 
-std::optional<gs_py_proc> py_offsets(pid_t pid, const PyTarget& t) {
+namespace {
+
+// t's layout: the table's, with 3.13's walk and code fields from the interpreter's own
+// _Py_DebugOffsets.
+std::optional<Layout> layout_for(int mem_fd, const PyTarget& t) {
   const Layout* l = layout_of(t.major, t.minor);
   if (!l) return std::nullopt;
-  gs_py_proc p{};
-  if (t.minor >= 13) {
-    Fd mem = open_mem(pid);
-    auto d = read_val<DebugOffsets313>(mem.get(), t.runtime_addr);
-    if (!d || memcmp(d->cookie, "xdebugpy", 8) != 0 || ((d->version >> 16) & 0xffff) != 0x030d || d->free_threaded)
-      return std::nullopt;
-    p.interp_head_addr = t.runtime_addr + d->rt_interpreters_head;
-    p.interp_threads_head = static_cast<uint16_t>(d->is_threads_head);
-    p.tstate_next = static_cast<uint16_t>(d->ts_next);
-    p.tstate_native_thread_id = static_cast<uint16_t>(d->ts_native_thread_id);
-    p.tstate_frame = static_cast<uint16_t>(d->ts_current_frame);
-    p.cframe_current_frame = GS_PY_NONE;
-    p.frame_code = static_cast<uint16_t>(d->fr_executable);
-    p.frame_previous = static_cast<uint16_t>(d->fr_previous);
-    p.frame_instr = static_cast<uint16_t>(d->fr_instr_ptr);
-    p.frame_owner = static_cast<uint16_t>(d->fr_owner);
-    p.frame_is_entry = GS_PY_NONE;
-    p.code_qualname = static_cast<uint16_t>(d->co_qualname);
-    p.code_adaptive = static_cast<uint16_t>(d->co_code_adaptive);
-    // The BPF side reads frame fields from a 72-byte window.
-    if (p.frame_code > 64 || p.frame_previous > 64 || p.frame_instr > 64 || p.frame_owner > 71) return std::nullopt;
-    return p;
-  }
-  p.interp_head_addr = t.runtime_addr + l->runtime_interpreters_head;
-  p.interp_threads_head = l->interp_threads_head;
-  p.tstate_next = l->tstate_next;
-  p.tstate_native_thread_id = l->tstate_native_thread_id;
-  p.tstate_frame = l->tstate_frame;
-  p.cframe_current_frame = l->cframe_current_frame;
-  p.frame_code = l->frame_code;
-  p.frame_previous = l->frame_previous;
-  p.frame_instr = l->frame_instr;
-  p.frame_owner = l->frame_owner;
-  p.frame_is_entry = l->frame_is_entry;
-  p.code_qualname = l->code_qualname;
-  p.code_adaptive = l->code_adaptive;
-  return p;
+  if (t.minor < 13) return *l;
+  auto d = read_val<DebugOffsets313>(mem_fd, t.runtime_addr);
+  if (!d || memcmp(d->cookie, "xdebugpy", 8) != 0 || ((d->version >> 16) & 0xffff) != 0x030d || d->free_threaded)
+    return std::nullopt;
+  auto u16 = [](uint64_t v) { return static_cast<uint16_t>(v); };
+  Layout o = *l;
+  o.runtime_interpreters_head = u16(d->rt_interpreters_head);
+  o.interp_threads_head = u16(d->is_threads_head);
+  o.tstate_next = u16(d->ts_next);
+  o.tstate_native_thread_id = u16(d->ts_native_thread_id);
+  o.tstate_frame = u16(d->ts_current_frame);
+  o.frame_code = u16(d->fr_executable);
+  o.frame_previous = u16(d->fr_previous);
+  o.frame_instr = u16(d->fr_instr_ptr);
+  o.frame_owner = u16(d->fr_owner);
+  o.code_filename = u16(d->co_filename);
+  o.code_qualname = u16(d->co_qualname);
+  o.code_linetable = u16(d->co_linetable);
+  o.code_firstlineno = u16(d->co_firstlineno);
+  o.code_adaptive = u16(d->co_code_adaptive);
+  return o;
+}
+
+}  // namespace
+
+std::optional<gs_py_proc> py_offsets(pid_t pid, const PyTarget& t) {
+  Fd mem = t.minor >= 13 ? open_mem(pid) : Fd();
+  std::optional<Layout> l = layout_for(mem.get(), t);
+  if (!l) return std::nullopt;
+  // The BPF side reads frame fields from a 72-byte window.
+  if (l->frame_code > 64 || l->frame_previous > 64 || l->frame_instr > 64 || l->frame_owner > 71) return std::nullopt;
+  return gs_py_proc{.interp_head_addr = t.runtime_addr + l->runtime_interpreters_head,
+                    .interp_threads_head = l->interp_threads_head,
+                    .tstate_next = l->tstate_next,
+                    .tstate_native_thread_id = l->tstate_native_thread_id,
+                    .tstate_frame = l->tstate_frame,
+                    .cframe_current_frame = l->cframe_current_frame,
+                    .frame_code = l->frame_code,
+                    .frame_previous = l->frame_previous,
+                    .frame_instr = l->frame_instr,
+                    .frame_owner = l->frame_owner,
+                    .frame_is_entry = l->frame_is_entry,
+                    .code_qualname = l->code_qualname,
+                    .code_adaptive = l->code_adaptive};
 }
 
 int py_line_at(const std::string& table, int firstlineno, uint32_t lasti) {
@@ -408,7 +384,7 @@ void PyStacks::on_new(const gs_py_new_stack& n) {
 }
 
 std::optional<PyCode> py_read_code(int mem_fd, const PyTarget& t, const gs_py_proc& off, uint64_t addr, uint32_t tag) {
-  const Layout* l = layout_of(t.major, t.minor);
+  std::optional<Layout> l = layout_for(mem_fd, t);
   uint8_t obj[256];
   if (!l || !read_mem(mem_fd, addr, obj, sizeof obj)) return std::nullopt;
   auto field = [&](uint16_t at) {
@@ -417,13 +393,6 @@ std::optional<PyCode> py_read_code(int mem_fd, const PyTarget& t, const gs_py_pr
     return v;
   };
   uint16_t qual = off.code_qualname, file = l->code_filename, lines = l->code_linetable, first = l->code_firstlineno;
-  if (t.minor >= 13) {  // the code object's other fields sit where _Py_DebugOffsets says
-    auto d = read_val<DebugOffsets313>(mem_fd, t.runtime_addr);
-    if (!d) return std::nullopt;
-    file = static_cast<uint16_t>(d->co_filename);
-    lines = static_cast<uint16_t>(d->co_linetable);
-    first = static_cast<uint16_t>(d->co_firstlineno);
-  }
   if (qual >= 248 || file >= 248 || lines >= 248 || first >= 252) return std::nullopt;
   if ((static_cast<uint32_t>(field(qual) >> 3) & ~GS_PY_ENTRY) != (tag & ~GS_PY_ENTRY)) return std::nullopt;
   int32_t fl = 0;

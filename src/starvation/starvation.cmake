@@ -2,5 +2,5 @@
 gpuscope_bpf(starvation src/starvation/starvation.bpf.c)
 add_library(gpuscope_starvation STATIC src/starvation/starvation.cpp src/starvation/starvation_cmd.cpp src/starvation/starvation_register.cpp src/starvation/flamegraph.cpp)
 add_dependencies(gpuscope_starvation starvation_skel)
-target_link_libraries(gpuscope_starvation PUBLIC gpuscope_core)
+target_link_libraries(gpuscope_starvation PUBLIC gpuscope_bridge)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_starvation)

@@ -16,10 +16,8 @@
 #include <cstdarg>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
-
-#include "bridge/bridge_maps.h"
 #include "bridge/pin_dir.h"
+#include "bridge/reader.h"
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/output.h"
@@ -39,37 +37,6 @@ namespace {
 struct SkelDeleter {
   void operator()(starvation_bpf* s) const { starvation_bpf__destroy(s); }
 };
-
-constexpr const char* kPins[4] = {GPU_PIN_META, GPU_PIN_DEVICE, GPU_PIN_PER_PID, GPU_PIN_PER_PID_PER_DEVICE};
-constexpr bpf_map_type kPinTypes[4] = {BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_LRU_HASH,
-                                       BPF_MAP_TYPE_LRU_HASH};
-constexpr uint32_t kPinKeys[4] = {4, 4, 4, 8};
-constexpr uint32_t kPinValues[4] = {sizeof(gpu_meta), sizeof(gpu_device_metrics), sizeof(gpu_pid),
-                                    sizeof(gpu_pid_device)};
-
-// The bridge's four pins, opened together; `ok` when all are there with the contract's layout.
-struct Pins {
-  Fd fds[4];
-  uint32_t ids[4] = {};
-  bool ok = false;
-  bool same(const Pins& o) const { return ok == o.ok && std::equal(ids, ids + 4, o.ids); }
-};
-
-enum class Bridge { None, Stale, Fresh };
-
-struct BridgeView {
-  Bridge state = Bridge::None;
-  gpu_meta meta{};
-  uint64_t age_ms = 0;
-};
-
-// kill(pid, 0) alone calls an unreaped zombie alive.
-bool process_alive(uint32_t pid) {
-  if (pid == 0 || (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto p = stat.rfind(')');
-  return p == std::string::npos || p + 2 >= stat.size() || (stat[p + 2] != 'Z' && stat[p + 2] != 'X');
-}
 
 // A container id from the process's cgroup paths, as the common runtimes name them
 // (docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, /docker/<id>,
@@ -105,7 +72,8 @@ std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n))
 class Starvation {
  public:
   using Options = StarvationCollector::Config;
-  explicit Starvation(Options o) : o_(std::move(o)), dir_(o_.pin_dir), period_ns_(1000000000ull / o_.sample_hz) {}
+  explicit Starvation(Options o)
+      : o_(std::move(o)), dir_(o_.pin_dir), period_ns_(1000000000ull / o_.sample_hz), reader_(dir_) {}
   void start();
   void tick();
   StarvationReport collect();
@@ -113,25 +81,33 @@ class Starvation {
   void stop() { unload(); }
   uint64_t period_ns() const { return period_ns_; }
   void set_sample_hz(unsigned hz);
-  Bridge state() const { return state_; }
+  BridgeState state() const { return state_; }
 
  private:
-  Pins open_pins() const;
-  BridgeView view(const Pins& p) const;
   void check_poll_interval(const gpu_meta& m) const;
-  void load(Pins pins);
+  void open(const BridgePins& pins);
+  void load(BridgePins pins);
   void unload();
   void attach_samplers();
   void watch_bridge();
   void refresh_tgids();
   void say(const BridgeView& v);
+  // One thread's time since the last report.
+  struct Delta {
+    gs_s_thread st;
+    uint64_t cpu, hits;
+  };
+  using Threads = std::unordered_map<uint32_t, gs_s_thread>;                           // by tid
+  using Busiest = std::unordered_map<uint32_t, std::pair<gs_s_sample_key, uint64_t>>;  // by tid
+  std::vector<Delta> thread_deltas(Threads& all, std::set<uint32_t>& seen);
+  Busiest sample_deltas(const Threads& all, StarvationReport& out);
+  StarvationRow row_of(const Delta& r, const Busiest& busiest);
   StarvationReport report();
   void stash();  // report() now, handed out by the next collect
   void note(const char* f, ...) __attribute__((format(printf, 2, 3)));
   const std::vector<std::string>& ustack(uint32_t pid, int id, uint64_t py_hash);
   const std::vector<std::string>& kstack(int id);
   std::vector<std::string> folded_frames(const gs_s_sample_key& k, const std::string& comm, const std::string& thread);
-  bool wanted(uint32_t pid, const std::string& comm) const;
   std::vector<std::pair<uint32_t, uint32_t>> prune(const std::set<uint32_t>& seen_tids);
 
   Options o_;
@@ -141,8 +117,9 @@ class Starvation {
   std::unique_ptr<starvation_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   std::vector<Link> samplers_;  // the cpu-clock samplers, reattached when the rate changes
-  Pins pins_;
-  Bridge state_ = Bridge::None;
+  BridgeReader reader_;
+  BridgePins pins_;
+  BridgeState state_ = BridgeState::None;
 
   struct Snap {
     uint32_t pid = 0;
@@ -185,35 +162,6 @@ void Starvation::note(const char* f, ...) {
     fprintf(stderr, "gpuscope: %s\n", buf);
 }
 
-Pins Starvation::open_pins() const {
-  Pins p;
-  p.ok = true;
-  for (int i = 0; i < 4; i++) {
-    p.fds[i] = Fd(bpf_obj_get((dir_ + "/" + kPins[i]).c_str()));
-    bpf_map_info info{};
-    uint32_t len = sizeof info;
-    if (!p.fds[i] || bpf_obj_get_info_by_fd(p.fds[i].get(), &info, &len) != 0 ||
-        info.type != static_cast<uint32_t>(kPinTypes[i]) || info.key_size != kPinKeys[i] ||
-        info.value_size != kPinValues[i] || (i == 1 && info.max_entries < GPU_MAX_DEVICES)) {
-      p.ok = false;
-      continue;
-    }
-    p.ids[i] = info.id;
-  }
-  if (!p.ok) std::fill(p.ids, p.ids + 4, 0u);
-  return p;
-}
-
-BridgeView Starvation::view(const Pins& p) const {
-  BridgeView v;
-  uint32_t zero = 0;
-  if (!p.ok || bpf_map_lookup_elem(p.fds[0].get(), &zero, &v.meta) != 0 || !v.meta.last_update_boottime_ns) return v;
-  uint64_t now = boottime_ns();
-  v.age_ms = now > v.meta.last_update_boottime_ns ? (now - v.meta.last_update_boottime_ns) / 1000000 : 0;
-  v.state = v.age_ms > o_.stale_threshold_ms ? Bridge::Stale : Bridge::Fresh;
-  return v;
-}
-
 void Starvation::check_poll_interval(const gpu_meta& m) const {
   // Inspektor Gadget's bridge leaves the field 0; the contract's default interval is 100 ms.
   uint64_t poll = m.poll_interval_ms ? m.poll_interval_ms : 100;
@@ -224,7 +172,8 @@ void Starvation::check_poll_interval(const gpu_meta& m) const {
                     o_.min_idle_ms, poll, 2 * poll));
 }
 
-void Starvation::load(Pins pins) {
+// Opens the programs with the settings and map sizes, on the bridge's pins when there are.
+void Starvation::open(const BridgePins& pins) {
   skel_.reset(starvation_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
   auto* ro = skel_->rodata;
@@ -245,12 +194,16 @@ void Starvation::load(Pins pins) {
     bpf_map__set_max_entries(skel_->maps.stacks, o_.max_stacks);
     bpf_map__set_max_entries(skel_->maps.gs_py_stacks, o_.max_stacks);
   }
-  if (pins.ok) {
-    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
-    for (int i = 0; i < 4; i++)
-      if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
-        throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, kPins[i], strerror(-err)));
-  }
+  if (!pins.ok) return;
+  bpf_map* maps[BridgePins::kCount] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid,
+                                       skel_->maps.gpu_pid_dev};
+  for (int i = 0; i < BridgePins::kCount; i++)
+    if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
+      throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, BridgePins::kNames[i], strerror(-err)));
+}
+
+void Starvation::load(BridgePins pins) {
+  open(pins);
   if (int err = starvation_bpf__load(skel_.get()))
     throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) +
                      " (needs BTF, tp_btf and task storage; try 'gpuscope doctor')");
@@ -350,13 +303,10 @@ void Starvation::set_sample_hz(unsigned hz) {
 // once a poll, and this runs as often.
 void Starvation::refresh_tgids() {
   std::vector<uint64_t> bits(GS_S_TGID_WORDS);
-  int fd = bpf_map__fd(skel_->maps.gpu_per_pid);
-  uint32_t key = 0, next = 0;
-  for (void* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
-    key = next;
+  for (uint32_t key : BridgeReader::pids(bpf_map__fd(skel_->maps.gpu_per_pid))) {
     bits[(key / 64) % GS_S_TGID_WORDS] |= 1ull << (key % 64);
     // The walk needs the interpreter's layout before the process's samples come.
-    if (py_ && (py_seen_.insert(key).second || py_recheck_) && wanted(key, proc_comm(static_cast<pid_t>(key))))
+    if (py_ && (py_seen_.insert(key).second || py_recheck_) && o_.scope.wants(key, proc_comm(static_cast<pid_t>(key))))
       py_->track(static_cast<pid_t>(key));
   }
   volatile __u64* live = skel_->bss->gpu_tgid_bits;
@@ -366,20 +316,20 @@ void Starvation::refresh_tgids() {
 
 void Starvation::say(const BridgeView& v) {
   switch (v.state) {
-    case Bridge::None:
+    case BridgeState::None:
       note(
           "no bridge data under %s (is `gpuscope bridge` running?); nothing to report until "
           "a bridge publishes\n",
           dir_.c_str());
       break;
-    case Bridge::Stale:
+    case BridgeState::Stale:
       note(
           "bridge data under %s is stale: last update %llu ms ago by pid %u (%s); no verdicts "
           "until a bridge publishes again\n",
           dir_.c_str(), static_cast<unsigned long long>(v.age_ms), v.meta.helper_pid,
-          process_alive(v.meta.helper_pid) ? "alive, not publishing" : "not running");
+          process_running(static_cast<pid_t>(v.meta.helper_pid)) ? "alive, not publishing" : "not running");
       break;
-    case Bridge::Fresh:
+    case BridgeState::Fresh:
       note("bridge pid %u publishing under %s every %u ms; verdicts on\n", v.meta.helper_pid, dir_.c_str(),
            v.meta.poll_interval_ms);
       break;
@@ -389,10 +339,10 @@ void Starvation::say(const BridgeView& v) {
 // Pins replaced (a new bridge that could not reuse them) mean new maps: the programs are
 // reloaded on them. Pins reused in place need nothing: the programs read the same maps.
 void Starvation::watch_bridge() {
-  Pins now = open_pins();
+  BridgePins now = reader_.open_pins();
   if (now.ok && !now.same(pins_)) {
-    BridgeView v = view(now);
-    if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
+    BridgeView v = BridgeReader::view(now, o_.stale_threshold_ms);
+    if (v.state == BridgeState::Fresh) check_poll_interval(v.meta);
     stash();
     unload();
     note("bridge maps under %s changed; reattached\n", dir_.c_str());
@@ -401,10 +351,10 @@ void Starvation::watch_bridge() {
     say(v);
     return;
   }
-  BridgeView v = view(pins_);
+  BridgeView v = BridgeReader::view(pins_, o_.stale_threshold_ms);
   if (v.state == state_) return;
-  if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
-  if (v.state == Bridge::Stale && state_ == Bridge::Fresh)
+  if (v.state == BridgeState::Fresh) check_poll_interval(v.meta);
+  if (v.state == BridgeState::Stale && state_ == BridgeState::Fresh)
     note(
         "bridge data under %s went stale (no update for %llu ms); no verdicts until it "
         "resumes\n",
@@ -412,12 +362,6 @@ void Starvation::watch_bridge() {
   else
     say(v);
   state_ = v.state;
-}
-
-bool Starvation::wanted(uint32_t pid, const std::string& comm) const {
-  if (!o_.pids.empty() && std::find(o_.pids.begin(), o_.pids.end(), static_cast<pid_t>(pid)) == o_.pids.end())
-    return false;
-  return o_.comm.empty() || o_.comm == comm;
 }
 
 const std::vector<std::string>& Starvation::ustack(uint32_t pid, int id, uint64_t py_hash) {
@@ -465,17 +409,11 @@ std::vector<std::string> Starvation::folded_frames(const gs_s_sample_key& k, con
   return f;
 }
 
-StarvationReport Starvation::report() {
-  StarvationReport out;
-  if (!skel_) return out;
+// Threads with on-CPU time since the last report: every thread read (by tid, for the samples),
+// the tids with time, and the rows of those in scope.
+std::vector<Starvation::Delta> Starvation::thread_deltas(Threads& all, std::set<uint32_t>& seen) {
+  std::vector<Delta> rows;
   int tfd = bpf_map__fd(skel_->maps.threads);
-  struct Row {
-    gs_s_thread st;
-    uint64_t cpu, hits;
-  };
-  std::vector<Row> rows;
-  std::unordered_map<uint32_t, gs_s_thread> all;
-  std::set<uint32_t> seen;
   uint32_t key = 0, next = 0;
   for (void* prev = nullptr; bpf_map_get_next_key(tfd, prev, &next) == 0; prev = &key) {
     key = next;
@@ -488,56 +426,67 @@ StarvationReport Starvation::report() {
     s.cpu_time_ns = st.cpu_time_ns, s.hit_count = st.hit_count, s.samples = st.samples;
     if (!cpu) continue;
     seen.insert(key);
-    if (wanted(st.pid, cstr(st.comm, sizeof st.comm))) rows.push_back({st, cpu, hits});
+    if (o_.scope.wants(st.pid, cstr(st.comm, sizeof st.comm))) rows.push_back({st, cpu, hits});
   }
+  return rows;
+}
 
-  // Samples since the last round: the flame graph's weights, and each row's busiest stack.
-  std::unordered_map<uint32_t, std::pair<gs_s_sample_key, uint64_t>> busiest;
-  if (skel_->rodata->sample_ustack || skel_->rodata->sample_kstack) {
-    int sfd = bpf_map__fd(skel_->maps.samples);
-    gs_s_sample_key sk{}, snext{};
-    bool want_folded = o_.fold;
-    for (void* prev = nullptr; bpf_map_get_next_key(sfd, prev, &snext) == 0; prev = &sk) {
-      sk = snext;
-      uint64_t n = 0;
-      if (bpf_map_lookup_elem(sfd, &sk, &n) != 0) continue;
-      uint64_t& was = sample_snaps_[sk];
-      uint64_t d = n >= was ? n - was : n;
-      was = n;
-      if (!d) continue;
-      auto it = all.find(sk.tid);
-      if (it == all.end() || it->second.pid != sk.pid) continue;
-      const gs_s_thread& st = it->second;
-      std::string comm = cstr(st.comm, sizeof st.comm);
-      if (!wanted(sk.pid, comm)) continue;
-      auto& b = busiest[sk.tid];
-      if (d > b.second) b = {sk, d};
-      if (want_folded) {
-        std::string thread = cstr(st.thread, sizeof st.thread);
-        out.folded[fold(folded_frames(sk, comm, thread))] += d * period_ns_;
-        out.folded_samples += d;
-      }
+// Samples since the last round: the flame graph's weights (into out), and each thread's busiest
+// stack.
+Starvation::Busiest Starvation::sample_deltas(const Threads& all, StarvationReport& out) {
+  Busiest busiest;
+  if (!skel_->rodata->sample_ustack && !skel_->rodata->sample_kstack) return busiest;
+  int sfd = bpf_map__fd(skel_->maps.samples);
+  gs_s_sample_key sk{}, snext{};
+  for (void* prev = nullptr; bpf_map_get_next_key(sfd, prev, &snext) == 0; prev = &sk) {
+    sk = snext;
+    uint64_t n = 0;
+    if (bpf_map_lookup_elem(sfd, &sk, &n) != 0) continue;
+    uint64_t& was = sample_snaps_[sk];
+    uint64_t d = n >= was ? n - was : n;
+    was = n;
+    if (!d) continue;
+    auto it = all.find(sk.tid);
+    if (it == all.end() || it->second.pid != sk.pid) continue;
+    const gs_s_thread& st = it->second;
+    std::string comm = cstr(st.comm, sizeof st.comm);
+    if (!o_.scope.wants(sk.pid, comm)) continue;
+    auto& b = busiest[sk.tid];
+    if (d > b.second) b = {sk, d};
+    if (o_.fold) {
+      out.folded[fold(folded_frames(sk, comm, cstr(st.thread, sizeof st.thread)))] += d * period_ns_;
+      out.folded_samples += d;
     }
   }
+  return busiest;
+}
 
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.cpu > b.cpu; });
-  for (auto& r : rows) {
-    uint32_t pid = r.st.pid, tid = r.st.tid;
-    auto c = containers_.find(pid);
-    if (c == containers_.end()) c = containers_.emplace(pid, container_of(static_cast<pid_t>(pid))).first;
-    StarvationRow row{
-        pid,    tid,         cstr(r.st.comm, sizeof r.st.comm), cstr(r.st.thread, sizeof r.st.thread), c->second, r.cpu,
-        r.hits, r.st.idle_ns};
-    if (stacks_) {
-      int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
-      uint64_t py_hash = 0;
-      if (auto b = busiest.find(tid); b != busiest.end())
-        uid = b->second.first.ustack_id, kid = b->second.first.kstack_id, py_hash = b->second.first.py_hash;
-      if (o_.collect_ustack) row.ustack = ustack(pid, uid, py_hash);
-      if (o_.collect_kstack) row.kstack = kstack(kid);
-    }
-    out.rows.push_back(std::move(row));
-  }
+StarvationRow Starvation::row_of(const Delta& r, const Busiest& busiest) {
+  uint32_t pid = r.st.pid, tid = r.st.tid;
+  auto c = containers_.find(pid);
+  if (c == containers_.end()) c = containers_.emplace(pid, container_of(static_cast<pid_t>(pid))).first;
+  StarvationRow row{
+      pid,    tid,         cstr(r.st.comm, sizeof r.st.comm), cstr(r.st.thread, sizeof r.st.thread), c->second, r.cpu,
+      r.hits, r.st.idle_ns};
+  if (!stacks_) return row;
+  int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
+  uint64_t py_hash = 0;
+  if (auto b = busiest.find(tid); b != busiest.end())
+    uid = b->second.first.ustack_id, kid = b->second.first.kstack_id, py_hash = b->second.first.py_hash;
+  if (o_.collect_ustack) row.ustack = ustack(pid, uid, py_hash);
+  if (o_.collect_kstack) row.kstack = kstack(kid);
+  return row;
+}
+
+StarvationReport Starvation::report() {
+  StarvationReport out;
+  if (!skel_) return out;
+  Threads all;
+  std::set<uint32_t> seen;
+  std::vector<Delta> rows = thread_deltas(all, seen);
+  Busiest busiest = sample_deltas(all, out);
+  std::sort(rows.begin(), rows.end(), [](const Delta& a, const Delta& b) { return a.cpu > b.cpu; });
+  for (auto& r : rows) out.rows.push_back(row_of(r, busiest));
   out.gone = prune(seen);
   return out;
 }
@@ -584,16 +533,14 @@ void StarvationCollector::validate(const Config& o) {
   if (o.min_idle_ms == 0) throw UsageError("--min-idle-ms must be at least 1");
   if (o.stale_threshold_ms == 0) throw UsageError("--stale-threshold-ms must be at least 1");
   if (o.sample_hz == 0 || o.sample_hz > 1000) throw UsageError("--sample-hz must be between 1 and 1000");
-  for (pid_t pid : o.pids)
-    if (!pid_exists(pid)) throw UsageError(fmt::format("pid {} does not exist", pid));
 }
 
 void Starvation::start() {
   check_pin_dir(dir_, false);
   stacks_ = o_.collect_ustack || o_.collect_kstack;
-  Pins pins = open_pins();
-  BridgeView v = view(pins);
-  if (v.state == Bridge::Fresh) check_poll_interval(v.meta);
+  BridgePins pins = reader_.open_pins();
+  BridgeView v = BridgeReader::view(pins, o_.stale_threshold_ms);
+  if (v.state == BridgeState::Fresh) check_poll_interval(v.meta);
   load(std::move(pins));
   state_ = v.state;
   say(v);
@@ -676,8 +623,8 @@ void StarvationCollector::stop() { impl_->stop(); }
 
 std::string StarvationCollector::bridge_state() const {
   switch (impl_->state()) {
-    case Bridge::Fresh: return "fresh";
-    case Bridge::Stale: return "stale";
+    case BridgeState::Fresh: return "fresh";
+    case BridgeState::Stale: return "stale";
     default: return "none";
   }
 }

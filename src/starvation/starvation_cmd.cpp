@@ -7,8 +7,6 @@
 #include <fstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "core/bpf.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -18,6 +16,12 @@
 namespace gpuscope {
 
 namespace {
+
+void string_array(JsonLine& j, std::string_view key, const std::vector<std::string>& v) {
+  j.begin_array(key);
+  for (auto& s : v) j.str(s);
+  j.end_array();
+}
 
 class StarvationView {
  public:
@@ -47,27 +51,20 @@ void StarvationView::show(StarvationReport r) {
                             {"HIT_COUNT", 9},
                             {"CONTAINER", 0}});
   auto& buf = out_.buf();
-  if (!o_.json && !header_done_ && !r.rows.empty()) {
+  if (!o_.common.json && !header_done_ && !r.rows.empty()) {
     table.header(buf);
     header_done_ = true;
   }
   for (auto& row : r.rows) {
     rows_++;
-    if (o_.json) {
-      nlohmann::ordered_json j{{"type", "starvation"},
-                               {"pid", row.pid},
-                               {"tid", row.tid},
-                               {"comm", row.comm},
-                               {"thread", row.thread},
-                               {"container", row.container},
-                               {"cpu_time_ns", row.cpu_time_ns},
-                               {"idle_ns", row.idle_ns},
-                               {"hit_count", row.hit_count},
-                               {"ustack", row.ustack},
-                               {"kstack", row.kstack}};
-      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      buf.append(line);
-      buf.push_back('\n');
+    if (o_.common.json) {
+      JsonLine j(buf);
+      j.str("type", "starvation").num("pid", row.pid).num("tid", row.tid).str("comm", row.comm);
+      j.str("thread", row.thread).str("container", row.container).num("cpu_time_ns", row.cpu_time_ns);
+      j.num("idle_ns", row.idle_ns).num("hit_count", row.hit_count);
+      string_array(j, "ustack", row.ustack);
+      string_array(j, "kstack", row.kstack);
+      j.end();
     } else {
       table.row(buf, {row.comm, std::to_string(row.pid), std::to_string(row.tid), std::to_string(row.cpu_time_ns),
                       std::to_string(row.idle_ns), std::to_string(row.hit_count),
@@ -81,25 +78,20 @@ void StarvationView::show(StarvationReport r) {
 
 }  // namespace
 
-int run_starvation(const StarvationOptions& o) {
-  StarvationCollector::Config cfg = o.collector;
-  cfg.fold = !o.folded.empty() || !o.svg.empty();
-  StarvationCollector::validate(cfg);
+namespace {
+
+// Refuses an output file that cannot be written before anything is loaded.
+void check_outputs(const StarvationOptions& o) {
   for (const std::string* f : {&o.folded, &o.svg}) {
     if (f->empty()) continue;
     std::ofstream probe(*f, std::ios::trunc);
     if (!probe) throw UsageError(fmt::format("cannot write {}: {}", *f, strerror(errno)));
   }
-  require_bpf_privileges();
-  set_libbpf_verbose(o.verbose);
-  StarvationCollector c(cfg);
-  fprintf(stderr,
-          "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
-          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
-          static_cast<unsigned long long>(cfg.min_idle_ms), static_cast<unsigned long long>(cfg.min_gpu_mem_bytes),
-          static_cast<unsigned long long>(cfg.stale_threshold_ms), cfg.sample_hz);
-  StarvationView view(o);
-  StopControl stop(o.duration_s);
+}
+
+// Ticks the collector every 20 ms and shows its report every second, until stopped.
+void watch(StarvationCollector& c, StarvationView& view, double duration_s) {
+  StopControl stop(duration_s);
   using clock = std::chrono::steady_clock;
   auto next_report = clock::now() + std::chrono::seconds(1);
   while (!stop.should_stop()) {
@@ -113,24 +105,28 @@ int run_starvation(const StarvationOptions& o) {
     }
   }
   view.show(c.collect());
-  StarvationStats st = c.stats();
-  if (o.verbose && st.py)
+}
+
+void report_stats(const StarvationStats& st, bool verbose) {
+  if (verbose && st.py)
     fprintf(stderr, "gpuscope: %llu Python walks, %llu in threads without a PyThreadState\n",
             (unsigned long long)st.py_walks, (unsigned long long)st.py_no_tstate);
-  if (o.verbose)
+  if (verbose)
     fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
             (unsigned long long)st.samples, (unsigned long long)st.latch_ticks);
-  c.stop();
   if (st.lost_threads || st.lost_samples || st.lost_stacks || !st.py_drops.empty())
     fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks%s\n",
             (unsigned long long)st.lost_threads, (unsigned long long)st.lost_samples,
             (unsigned long long)st.lost_stacks, st.py_drops.c_str());
+}
+
+void write_stacks(const StarvationOptions& o, const StarvationView& view, uint64_t period_ns) {
   uint64_t total = 0;
   for (auto& [_, w] : view.folded()) total += w;
   if (!o.folded.empty()) {
     std::ofstream(o.folded, std::ios::trunc) << folded_text(view.folded());
     fprintf(stderr, "gpuscope: folded stacks: %zu stacks, %llu samples x %llu ns = %llu ns sampled, in %s\n",
-            view.folded().size(), (unsigned long long)view.folded_samples(), (unsigned long long)c.period_ns(),
+            view.folded().size(), (unsigned long long)view.folded_samples(), (unsigned long long)period_ns,
             (unsigned long long)total, o.folded.c_str());
   }
   if (!o.svg.empty()) {
@@ -141,6 +137,29 @@ int run_starvation(const StarvationOptions& o) {
                           "ns");
     fprintf(stderr, "gpuscope: flame graph in %s\n", o.svg.c_str());
   }
+}
+
+}  // namespace
+
+int run_starvation(const StarvationOptions& o) {
+  StarvationCollector::Config cfg = o.collector;
+  cfg.fold = !o.folded.empty() || !o.svg.empty();
+  StarvationCollector::validate(cfg);
+  check_outputs(o);
+  require_bpf_privileges();
+  set_libbpf_verbose(o.common.verbose);
+  StarvationCollector c(cfg);
+  fprintf(stderr,
+          "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "
+          "fresh within %llu ms, sampling at %u Hz. Ctrl-C to end.\n",
+          static_cast<unsigned long long>(cfg.min_idle_ms), static_cast<unsigned long long>(cfg.min_gpu_mem_bytes),
+          static_cast<unsigned long long>(cfg.stale_threshold_ms), cfg.sample_hz);
+  StarvationView view(o);
+  watch(c, view, o.common.duration_s);
+  StarvationStats st = c.stats();
+  c.stop();
+  report_stats(st, o.common.verbose);
+  write_stacks(o, view, c.period_ns());
   fprintf(stderr, "gpuscope: %llu rows\n", static_cast<unsigned long long>(view.rows()));
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/scope.h"
 #include "starvation/flamegraph.h"
 
 namespace gpuscope {
@@ -45,8 +46,7 @@ class Starvation;
 class StarvationCollector {
  public:
   struct Config {
-    std::vector<pid_t> pids;
-    std::string comm;
+    Scope scope;
     uint64_t min_gpu_mem_bytes = 1;
     uint64_t min_idle_ms = 1000;
     uint64_t stale_threshold_ms = 300;

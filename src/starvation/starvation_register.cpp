@@ -6,13 +6,10 @@
 namespace gpuscope {
 
 void register_starvation(CLI::App& app) {
-  auto o = std::make_shared<StarvationOptions>();  // held by the command registry until exit
-  auto common = std::make_shared<CommonFlags>();
-  auto scope = std::make_shared<Scope>();
-  auto* cmd = app.add_subcommand(
-      "starvation", "Threads burning CPU while their process's GPUs sit idle, with stacks (needs `gpuscope bridge`)");
-  add_common_flags(cmd, *common);
-  add_scope_flags(cmd, *scope, false);
+  auto [cmd, o] = new_command<StarvationOptions>(
+      app, "starvation",
+      "Threads burning CPU while their process's GPUs sit idle, with stacks (needs `gpuscope bridge`)", run_starvation);
+  add_scope_flags(cmd, o->collector.scope, false);
   add_number(cmd, "--min-gpu-mem-bytes", o->collector.min_gpu_mem_bytes,
              "Only processes holding at least this much GPU memory on a device (default 1)", "bytes", 0,
              9007199254740992.0);
@@ -36,11 +33,6 @@ void register_starvation(CLI::App& app) {
       "  gpuscope starvation                                # every GPU process, one row per thread per second\n"
       "  gpuscope starvation -p 1234 --collect-ustack --json\n"
       "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
-  add_command(cmd, [=] {
-    o->collector.pids = scope->pids;
-    o->collector.comm = scope->comm;
-    return run_starvation(with_shared(*o, *common));
-  });
 }
 
 }  // namespace gpuscope

@@ -1,6 +1,7 @@
 #include <time.h>
 
 #include <cstring>
+#include <iterator>
 
 #include "core/cuda_errors.h"
 #include "core/output.h"
@@ -39,39 +40,27 @@ void normalize_event(gs_call_event& e) {
     e.fields = 0;
     return;
   }
+  // By enum gs_out: where an exit's out value goes, and the field that says so.
+  struct Out {
+    uint32_t field;
+    decltype(gs_call_args::ptr) gs_call_args::*member;  // nullptr: the device, the one 32-bit out value
+  };
+  static constexpr Out kOut[] = {{0, nullptr},
+                                 {GS_F_PTR, &gs_call_args::ptr},
+                                 {GS_F_STREAM, &gs_call_args::stream},
+                                 {GS_F_EVENT, &gs_call_args::event},
+                                 {GS_F_GRAPH, &gs_call_args::graph},
+                                 {GS_F_HANDLE, &gs_call_args::handle},
+                                 {GS_F_DEVICE, nullptr},
+                                 {GS_F_CTX, &gs_call_args::ctx}};
   const uint64_t v = e.args.ptr;
   e.args.ptr = 0;
-  switch (d.out) {
-    case GS_OUT_PTR:
-      e.args.ptr = v;
-      e.fields = GS_F_PTR;
-      break;
-    case GS_OUT_STREAM:
-      e.args.stream = v;
-      e.fields = GS_F_STREAM;
-      break;
-    case GS_OUT_EVENT:
-      e.args.event = v;
-      e.fields = GS_F_EVENT;
-      break;
-    case GS_OUT_GRAPH:
-      e.args.graph = v;
-      e.fields = GS_F_GRAPH;
-      break;
-    case GS_OUT_HANDLE:
-      e.args.handle = v;
-      e.fields = GS_F_HANDLE;
-      break;
-    case GS_OUT_DEVICE:
-      e.args.device = static_cast<int32_t>(v);
-      e.fields = GS_F_DEVICE;
-      break;
-    case GS_OUT_CTX:
-      e.args.ctx = v;
-      e.fields = GS_F_CTX;
-      break;
-    default: e.fields = 0;
-  }
+  const Out o = d.out < std::size(kOut) ? kOut[d.out] : Out{0, nullptr};
+  e.fields = o.field;
+  if (o.member)
+    e.args.*o.member = v;
+  else if (o.field == GS_F_DEVICE)
+    e.args.device = static_cast<int32_t>(v);
 }
 
 static std::string comm_str(const char* c) { return std::string(c, strnlen(c, GS_COMM_LEN)); }

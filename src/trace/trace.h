@@ -28,7 +28,7 @@ class TraceCollector {
   struct Config {
     std::vector<bool> apis;  // rows to trace (select_apis)
     bool exits = true;       // exit probes: durations and return codes
-    std::string comm;
+    Scope scope;
     uint32_t ringbuf_kb = 4096;
   };
   struct Stats {

@@ -66,11 +66,7 @@ class BridgeAgent final : public AgentCollector {
     try {
       devices_ = reader_->read(&age_s_);
       on_gpus_ = reader_->read_processes();
-      std::erase_if(on_gpus_, [&](const ProcessGpuSample& p) {
-        return (!scope.pids.empty() &&
-                std::find(scope.pids.begin(), scope.pids.end(), static_cast<pid_t>(p.pid)) == scope.pids.end()) ||
-               (!scope.comm.empty() && p.comm != scope.comm);
-      });
+      std::erase_if(on_gpus_, [&](const ProcessGpuSample& p) { return !scope.wants(p.pid, p.comm); });
       read_ok_ = true;
     } catch (const std::exception& e) {
       health_ = {false, e.what()};

@@ -38,7 +38,7 @@ class KernelsAgent final : public AgentCollector {
     host_ = &host;
     if (rows_) return;
     collector_ = std::make_unique<KernelsCollector>(
-        *host.session, KernelsCollector::Config{host.options.scope.comm, CountLayer::Auto, false, kMaxRows});
+        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows});
     collector_->on_exit([this](uint32_t pid, const std::vector<KernelRow>& rows) { exited(pid, rows); });
   }
 

@@ -35,7 +35,7 @@ class LatencyAgent final : public AgentCollector {
 
   void load(AgentHost& host) override {
     collector_ = std::make_unique<LatencyCollector>(
-        *host.session, LatencyCollector::Config{rows(), false, host.options.scope.comm, sample_});
+        *host.session, LatencyCollector::Config{rows(), false, host.options.scope, sample_});
   }
 
   void take() override { snap_ = collector_->snapshot(); }

@@ -36,9 +36,8 @@ class MemleakAgent final : public AgentCollector {
 
   void load(AgentHost& host) override {
     host_ = &host;
-    auto& s = host.options.scope;
     collector_ = std::make_unique<MemleakCollector>(
-        *host.session, MemleakCollector::Config{s.comm, s.pids, false, true, kMaxAllocs, kMaxProcs});
+        *host.session, MemleakCollector::Config{host.options.scope, false, true, kMaxAllocs, kMaxProcs});
     collector_->on_end([this](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { ended(p, l); });
   }
 

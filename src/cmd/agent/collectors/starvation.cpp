@@ -28,8 +28,7 @@ class StarvationAgent final : public AgentCollector {
   void load(AgentHost& host) override {
     host_ = &host;
     StarvationCollector::Config c;
-    c.pids = host.options.scope.pids;
-    c.comm = host.options.scope.comm;
+    c.scope = host.options.scope;
     c.min_idle_ms = min_idle_ms_;
     c.pin_dir = host.options.pin_dir;
     c.fold = true;
