@@ -246,7 +246,8 @@ void Starvation::load(Pins pins) {
     bpf_map__set_max_entries(skel_->maps.gs_py_stacks, o_.max_stacks);
   }
   if (pins.ok) {
-    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid, skel_->maps.gpu_pid_dev};
+    bpf_map* maps[4] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid,
+                        skel_->maps.gpu_per_pid_per_device};
     for (int i = 0; i < 4; i++)
       if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
         throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, kPins[i], strerror(-err)));
