@@ -26,12 +26,13 @@
 #include <bpf/bpf_helpers.h>
 #include "common/maps.bpf.h"
 
-#define GS_THREAD_STORAGE(map, value_type) \
+#define GS_THREAD_STORAGE(map, value_type)                                                         \
 	GS_MAP_DEF(map, BPF_MAP_TYPE_TASK_STORAGE, 0, BPF_F_NO_PREALLOC, int, value_type)
 
 static __always_inline void *gs_thread_state_new(void *map)
 {
-	return bpf_task_storage_get(map, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	return bpf_task_storage_get(map, bpf_get_current_task_btf(), 0,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
 static __always_inline void *gs_thread_state(void *map)

@@ -22,23 +22,24 @@
 
 #include <bpf/bpf_helpers.h>
 
-#define GS_RINGBUF(map, bytes)                          \
-	struct {                                        \
-		__uint(type, BPF_MAP_TYPE_RINGBUF);     \
-		__uint(max_entries, bytes);             \
+#define GS_RINGBUF(map, bytes)                                                                     \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                                                \
+		__uint(max_entries, bytes);                                                        \
 	} map SEC(".maps")
 
 /* A map with every attribute given (0: the default), for the shapes below. */
-#define GS_MAP_DEF(map, map_type, entries, flags, key_type, value_type) \
-	struct {                                                         \
-		__uint(type, map_type);                                  \
-		__uint(max_entries, entries);                            \
-		__uint(map_flags, flags);                                \
-		__type(key, key_type);                                   \
-		__type(value, value_type);                               \
+#define GS_MAP_DEF(map, map_type, entries, flags, key_type, value_type)                            \
+	struct {                                                                                   \
+		__uint(type, map_type);                                                            \
+		__uint(max_entries, entries);                                                      \
+		__uint(map_flags, flags);                                                          \
+		__type(key, key_type);                                                             \
+		__type(value, value_type);                                                         \
 	} map SEC(".maps")
 
-#define GS_PERCPU_VALUE(map, value_type) GS_MAP_DEF(map, BPF_MAP_TYPE_PERCPU_ARRAY, 1, 0, __u32, value_type)
+#define GS_PERCPU_VALUE(map, value_type)                                                           \
+	GS_MAP_DEF(map, BPF_MAP_TYPE_PERCPU_ARRAY, 1, 0, __u32, value_type)
 
 /* The key is a constant in .rodata rather than a zero stored on the stack: a lookup takes one
  * instruction to pass it, not four. */
@@ -56,11 +57,11 @@ static __always_inline void gs_counter_add(void *map, __u32 slot, __u64 n)
 		*c += n;
 }
 
-#define GS_PERCPU_COUNTERS(map, slots, inc)                                    \
-	GS_MAP_DEF(map, BPF_MAP_TYPE_PERCPU_ARRAY, slots, 0, __u32, __u64);    \
-	static __always_inline void inc(__u32 slot)                            \
-	{                                                                      \
-		gs_counter_add(&map, slot, 1);                                 \
+#define GS_PERCPU_COUNTERS(map, slots, inc)                                                        \
+	GS_MAP_DEF(map, BPF_MAP_TYPE_PERCPU_ARRAY, slots, 0, __u32, __u64);                        \
+	static __always_inline void inc(__u32 slot)                                                \
+	{                                                                                          \
+		gs_counter_add(&map, slot, 1);                                                     \
 	}
 
 #define GS_DROP_COUNTERS(map, reasons) GS_PERCPU_COUNTERS(map, reasons, count_drop)

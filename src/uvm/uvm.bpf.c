@@ -35,24 +35,25 @@ static __always_inline void thrash(__u64 address)
 
 /* Each hook twice: a kprobe (prog), and its fentry twin (fentry_prog), whose attach target
  * userspace sets before load. The arguments after `body` are the hooked function's. */
-#define GS_UVM_HOOK(prog, fentry_prog, body, args...)   \
-	SEC("kprobe")                                   \
-	int BPF_KPROBE(prog, ##args)                    \
-	{                                               \
-		body;                                   \
-		return 0;                               \
-	}                                               \
-	SEC("fentry")                                   \
-	int BPF_PROG(fentry_prog, ##args)               \
-	{                                               \
-		body;                                   \
-		return 0;                               \
+#define GS_UVM_HOOK(prog, fentry_prog, body, args...)                                              \
+	SEC("kprobe")                                                                              \
+	int BPF_KPROBE(prog, ##args)                                                               \
+	{                                                                                          \
+		body;                                                                              \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC("fentry")                                                                              \
+	int BPF_PROG(fentry_prog, ##args)                                                          \
+	{                                                                                          \
+		body;                                                                              \
+		return 0;                                                                          \
 	}
 
 GS_UVM_HOOK(gs_uvm_replayable, gs_uvm_replayable_fentry, bump(GS_UVM_REPLAYABLE))
 GS_UVM_HOOK(gs_uvm_non_replayable, gs_uvm_non_replayable_fentry, bump(GS_UVM_NON_REPLAYABLE))
 /* uvm_tools_record_thrashing(uvm_va_space_t *va_space, NvU64 address, size_t region_size, ...) */
-GS_UVM_HOOK(gs_uvm_thrashing, gs_uvm_thrashing_fentry, thrash(address), void *va_space, __u64 address)
+GS_UVM_HOOK(gs_uvm_thrashing, gs_uvm_thrashing_fentry, thrash(address), void *va_space,
+	    __u64 address)
 
 /* Loaded on its own to learn whether this kernel lets fentry programs load at all. */
 SEC("fentry/do_nanosleep")
