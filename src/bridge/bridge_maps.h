@@ -84,60 +84,13 @@ struct gpu_pid {
 };
 
 #ifdef __cplusplus
+/* The contract's sizes and offsets (layout_fields.h), checked at compile time. */
 #include <cstddef>
-#define GPU_BRIDGE_AT(s, f, off) static_assert(offsetof(s, f) == (off), #s "." #f)
-static_assert(sizeof(gpu_meta) == 32);
-GPU_BRIDGE_AT(gpu_meta, schema_version, 0);
-GPU_BRIDGE_AT(gpu_meta, n_devices, 4);
-GPU_BRIDGE_AT(gpu_meta, last_update_boottime_ns, 8);
-GPU_BRIDGE_AT(gpu_meta, helper_pid, 16);
-GPU_BRIDGE_AT(gpu_meta, poll_interval_ms, 20);
-GPU_BRIDGE_AT(gpu_meta, clock_offset_ns, 24);
-
-static_assert(sizeof(gpu_device_metrics) == 128);
-GPU_BRIDGE_AT(gpu_device_metrics, timestamp_ns, 0);
-GPU_BRIDGE_AT(gpu_device_metrics, sm_util_pct, 8);
-GPU_BRIDGE_AT(gpu_device_metrics, mem_util_pct, 12);
-GPU_BRIDGE_AT(gpu_device_metrics, mem_total_bytes, 16);
-GPU_BRIDGE_AT(gpu_device_metrics, mem_used_bytes, 24);
-GPU_BRIDGE_AT(gpu_device_metrics, mem_reserved_bytes, 32);
-GPU_BRIDGE_AT(gpu_device_metrics, temp_c, 40);
-GPU_BRIDGE_AT(gpu_device_metrics, power_mw, 44);
-GPU_BRIDGE_AT(gpu_device_metrics, sm_clock_mhz, 48);
-GPU_BRIDGE_AT(gpu_device_metrics, mem_clock_mhz, 52);
-GPU_BRIDGE_AT(gpu_device_metrics, throttle_reasons, 56);
-GPU_BRIDGE_AT(gpu_device_metrics, pcie_tx_kbps, 64);
-GPU_BRIDGE_AT(gpu_device_metrics, pcie_rx_kbps, 72);
-GPU_BRIDGE_AT(gpu_device_metrics, enc_util_pct, 80);
-GPU_BRIDGE_AT(gpu_device_metrics, dec_util_pct, 84);
-GPU_BRIDGE_AT(gpu_device_metrics, nvlink_tx_kbps, 88);
-GPU_BRIDGE_AT(gpu_device_metrics, nvlink_rx_kbps, 96);
-GPU_BRIDGE_AT(gpu_device_metrics, ecc_corrected_total, 104);
-GPU_BRIDGE_AT(gpu_device_metrics, ecc_uncorrected_total, 112);
-GPU_BRIDGE_AT(gpu_device_metrics, fan_speed_pct, 120);
-GPU_BRIDGE_AT(gpu_device_metrics, compute_mode, 124);
-
-static_assert(sizeof(gpu_pid_device) == 40);
-GPU_BRIDGE_AT(gpu_pid_device, timestamp_ns, 0);
-GPU_BRIDGE_AT(gpu_pid_device, used_gpu_memory_bytes, 8);
-GPU_BRIDGE_AT(gpu_pid_device, sm_util_pct, 16);
-GPU_BRIDGE_AT(gpu_pid_device, mem_util_pct, 20);
-GPU_BRIDGE_AT(gpu_pid_device, enc_util_pct, 24);
-GPU_BRIDGE_AT(gpu_pid_device, dec_util_pct, 28);
-GPU_BRIDGE_AT(gpu_pid_device, gpu_device, 32);
-GPU_BRIDGE_AT(gpu_pid_device, mig_instance, 33);
-GPU_BRIDGE_AT(gpu_pid_device, pad, 34);
-GPU_BRIDGE_AT(gpu_pid_device, reserved, 36);
-
-static_assert(sizeof(gpu_pid) == 32);
-GPU_BRIDGE_AT(gpu_pid, timestamp_ns, 0);
-GPU_BRIDGE_AT(gpu_pid, used_gpu_memory_total_bytes, 8);
-GPU_BRIDGE_AT(gpu_pid, sm_util_pct_max, 16);
-GPU_BRIDGE_AT(gpu_pid, mem_util_pct_max, 20);
-GPU_BRIDGE_AT(gpu_pid, gpu_device_primary, 24);
-GPU_BRIDGE_AT(gpu_pid, device_count, 25);
-GPU_BRIDGE_AT(gpu_pid, pad, 26);
-GPU_BRIDGE_AT(gpu_pid, reserved, 28);
+#include "bridge/layout_fields.h"
+#define GPU_BRIDGE_SIZE(s, size) static_assert(sizeof(s) == (size), #s);
+#define GPU_BRIDGE_AT(s, f, off) static_assert(offsetof(s, f) == (off), #s "." #f);
+GPU_BRIDGE_LAYOUT(GPU_BRIDGE_SIZE, GPU_BRIDGE_AT)
+#undef GPU_BRIDGE_SIZE
 #undef GPU_BRIDGE_AT
 #endif
 

@@ -36,11 +36,6 @@
 #define GS_NR_OPENAT 257
 #define GS_NR_OPENAT2 437
 
-static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
-{
-	return PT_REGS_SP(ctx);
-}
-
 static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 {
 	__u64 ra = 0;
@@ -63,11 +58,6 @@ static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 #define GS_NR_OPENAT 56
 #define GS_NR_OPENAT2 437
 
-static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
-{
-	return PT_REGS_SP(ctx);
-}
-
 static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 {
 	return PT_REGS_RET(ctx); /* x30 */
@@ -76,6 +66,11 @@ static __always_inline __u64 gs_return_address(struct pt_regs *ctx)
 #else
 #error "gpuscope: no uprobe calling convention for this __TARGET_ARCH_* (src/common/arch.bpf.h)"
 #endif
+
+static __always_inline __u64 gs_stack_pointer(struct pt_regs *ctx)
+{
+	return PT_REGS_SP(ctx);
+}
 
 /* Where stack argument i (0-based, i >= GS_ARG_REGS) lives, from the stack pointer at entry. */
 #define GS_STACK_ARG_ADDR(sp, i) ((sp) + 8 * ((i) - (GS_ARG_REGS - GS_STACK_ARGS_OFF / 8)))

@@ -5,15 +5,12 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "common/drops.bpf.h"
+#include "common/maps.bpf.h"
 #include "core/session.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 16);
-} session_events SEC(".maps");
+GS_RINGBUF(session_events, 1 << 16);
 
 GS_DROP_COUNTERS(session_drops, GS_SESSION_DROP_COUNT)
 

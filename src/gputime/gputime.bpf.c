@@ -7,24 +7,14 @@
 #include "common/events.h"
 #include "common/arch.bpf.h"
 #include "common/comm_filter.bpf.h"
-#include "common/drops.bpf.h"
+#include "common/maps.bpf.h"
 #include "gputime/gputime.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 23);
-} gs_gt_events SEC(".maps");
+GS_RINGBUF(gs_gt_events, 1 << 23);
 
 GS_DROP_COUNTERS(gs_gt_drops, GS_GT_DROP_COUNT)
-
-static __always_inline void count_drops(__u32 why, __u64 n)
-{
-	__u64 *c = bpf_map_lookup_elem(&gs_gt_drops, &why);
-	if (c)
-		*c += n;
-}
 
 /* void gpuscope_cupti_buffer(const struct gs_gt_record *recs, uint32_t n,
  *                            const struct gs_gt_batch *batch) */
@@ -39,7 +29,7 @@ int gs_gt_buffer(struct pt_regs *ctx)
 	if (!comm_matches())
 		return 0;
 	if (n > GS_GT_BATCH_MAX) {
-		count_drops(GS_GT_DROP_TOO_MANY, n - GS_GT_BATCH_MAX);
+		gs_counter_add(&gs_gt_drops, GS_GT_DROP_TOO_MANY, n - GS_GT_BATCH_MAX);
 		n = GS_GT_BATCH_MAX;
 	}
 	for (__u32 i = 0; i < GS_GT_BATCH_MAX / GS_GT_CHUNK; i++) {
@@ -51,7 +41,7 @@ int gs_gt_buffer(struct pt_regs *ctx)
 			cnt = GS_GT_CHUNK;
 		struct gs_gt_chunk *c = bpf_ringbuf_reserve(&gs_gt_events, sizeof(*c), 0);
 		if (!c) {
-			count_drops(GS_GT_DROP_RINGBUF, cnt);
+			gs_counter_add(&gs_gt_drops, GS_GT_DROP_RINGBUF, cnt);
 			continue;
 		}
 		c->type = GS_GT_EV_RECORDS;
@@ -65,7 +55,7 @@ int gs_gt_buffer(struct pt_regs *ctx)
 			bytes = sizeof(c->recs);
 		if (bpf_probe_read_user(&c->batch, sizeof(c->batch), batch) ||
 		    bpf_probe_read_user(c->recs, bytes, recs + done)) {
-			count_drops(GS_GT_DROP_READ, cnt);
+			gs_counter_add(&gs_gt_drops, GS_GT_DROP_READ, cnt);
 			bpf_ringbuf_discard(c, 0);
 			continue;
 		}
@@ -82,7 +72,7 @@ int gs_gt_name(struct pt_regs *ctx)
 		return 0;
 	struct gs_gt_name *e = bpf_ringbuf_reserve(&gs_gt_events, sizeof(*e), 0);
 	if (!e) {
-		count_drops(GS_GT_DROP_NAME, 1);
+		count_drop(GS_GT_DROP_NAME);
 		return 0;
 	}
 	e->type = GS_GT_EV_NAME;
@@ -90,7 +80,7 @@ int gs_gt_name(struct pt_regs *ctx)
 	e->id = (__u32)PT_REGS_PARM1(ctx);
 	long len = bpf_probe_read_user_str(e->name, sizeof(e->name), (const void *)PT_REGS_PARM2(ctx));
 	if (len <= 0) {
-		count_drops(GS_GT_DROP_NAME, 1);
+		count_drop(GS_GT_DROP_NAME);
 		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}

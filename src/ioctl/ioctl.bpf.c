@@ -7,7 +7,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "ioctl/ioctl.h"
-#include "common/drops.bpf.h"
+#include "common/maps.bpf.h"
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "common/arch.bpf.h"
@@ -62,10 +62,7 @@ struct {
 	__type(value, __u8);
 } pids SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
-} events SEC(".maps");
+GS_RINGBUF(events, 1 << 20);
 
 GS_DROP_COUNTERS(drops, GS_IOCTL_DROP_COUNT)
 

@@ -12,7 +12,8 @@
 #include "common/capture.bpf.h"
 #include "common/launch.bpf.h"
 #include "kernels/kernels.h"
-#include "common/drops.bpf.h"
+#include "common/call_pair.bpf.h"
+#include "common/maps.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -21,8 +22,8 @@ struct namer_slot {
 	__u32 active, pad;
 };
 
-/* Per thread: the runtime launch in progress (its nested driver launch is not counted
- * again) and the naming calls in progress, one slot per kind since they can nest. */
+/* Per thread (common/call_pair.bpf.h): the runtime launch in progress (its nested driver launch
+ * is not counted again) and the naming calls in progress, one slot per kind since they can nest. */
 struct thread_state {
 	__u32 rt_depth, teach;
 	__u64 rt_handle;
@@ -30,12 +31,7 @@ struct thread_state {
 	char name[2][GS_K_NAME_LEN];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct thread_state);
-} threads SEC(".maps");
+GS_THREAD_STORAGE(threads, struct thread_state);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -71,10 +67,7 @@ struct {
  * while one is (gs_capture_any). */
 GS_CAPTURE_STATE()
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 18);
-} events SEC(".maps");
+GS_RINGBUF(events, 1 << 18);
 
 GS_DROP_COUNTERS(drops, GS_K_DROP_COUNT)
 
@@ -122,7 +115,7 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 			count_drop(GS_K_DROP_NO_STATE);
 			return 0;
 		}
-		if (st->rt_depth++ > 0)
+		if (!GS_CALL_ENTER(st->rt_depth))
 			return 0;
 		st->rt_handle = handle;
 		st->teach = 0;
@@ -197,9 +190,9 @@ GS_K_LAUNCH_PROG(gs_k_cu_host_func, GS_K_CU_HOST_FUNC)
 SEC("uretprobe")
 int gs_k_launch_exit(struct pt_regs *ctx)
 {
-	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
-	if (st && st->rt_depth)
-		st->rt_depth--;
+	struct thread_state *st = gs_thread_state(&threads);
+	if (st)
+		GS_CALL_LEAVE(st->rt_depth);
 	return 0;
 }
 
@@ -225,8 +218,7 @@ int gs_k_name_enter(struct pt_regs *ctx)
 	__u32 namer = namer_of(ctx);
 	if (!comm_matches())
 		return 0;
-	struct thread_state *st =
-		bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct thread_state *st = gs_thread_state_new(&threads);
 	if (!st) {
 		count_drop(GS_K_DROP_NO_STATE);
 		return 0;
@@ -246,7 +238,7 @@ SEC("uretprobe")
 int gs_k_name_exit(struct pt_regs *ctx)
 {
 	__u32 namer = namer_of(ctx);
-	struct thread_state *st = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct thread_state *st = gs_thread_state(&threads);
 	if (!st)
 		return 0;
 	struct namer_slot *s = &st->slot[namer];

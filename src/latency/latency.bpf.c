@@ -10,7 +10,9 @@
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "latency/latency.h"
-#include "common/drops.bpf.h"
+#include "common/call_pair.bpf.h"
+#include "common/log2_hist.bpf.h"
+#include "common/maps.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -24,14 +26,8 @@ struct call_state {
 	__u32 api;
 };
 
-/* Per thread, one slot per layer. Task storage rather than a hash keyed by tid: no
- * insert/delete per call, and it goes away with the thread. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct call_state[GS_LAYER_COUNT]);
-} calls SEC(".maps");
+/* Per thread, one slot per layer (common/call_pair.bpf.h). */
+GS_THREAD_STORAGE(calls, struct call_state[GS_LAYER_COUNT]);
 
 /* Not preallocated: a 528-byte value per CPU per entry would cost hundreds of MB up front
  * on a large host; entries are made once per (API, process) and then only updated. */
@@ -44,12 +40,7 @@ struct {
 } stats SEC(".maps");
 
 /* Zeroed template for a new stats entry: too large for the BPF stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gs_lat_stats);
-} zero_stats SEC(".maps");
+GS_PERCPU_VALUE(zero_stats, struct gs_lat_stats);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -74,18 +65,6 @@ static __always_inline void add(void *map, const void *key, __u64 v)
 		else
 			count_drop(GS_LAT_DROP_HIST_FULL);
 	}
-}
-
-static __always_inline __u32 log2_bucket(__u64 v)
-{
-	__u32 r = 0, s;
-	s = (v > 0xFFFFFFFFULL) << 5; v >>= s; r |= s;
-	s = (v > 0xFFFF) << 4; v >>= s; r |= s;
-	s = (v > 0xFF) << 3; v >>= s; r |= s;
-	s = (v > 0xF) << 2; v >>= s; r |= s;
-	s = (v > 0x3) << 1; v >>= s; r |= s;
-	r |= (v >> 1);
-	return r;
 }
 
 /* Per row: every entry the probe took, and why it was not timed. What a probe costs but
@@ -126,8 +105,7 @@ static __always_inline int enter(__u32 api, bool session)
 			site->filtered += 1;
 		return 1;
 	}
-	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0,
-						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct call_state *st = gs_thread_state_new(&calls);
 	if (!st) {
 		count_drop(GS_LAT_DROP_STATE_FULL);
 		return 1;
@@ -136,12 +114,10 @@ static __always_inline int enter(__u32 api, bool session)
 	if (st->depth > 0) {
 		if (site)
 			site->nested += 1;
+		/* A session skips a nested call's return, which must then leave the depth alone. */
 		if (session)
 			return 1;
-		st->depth++;
-		return 0;
-	}
-	if (session && launch_sample > 1 && launch) {
+	} else if (session && launch_sample > 1 && launch) {
 		/* Random, not every Nth: a step's launches come in a fixed order, and a fixed stride
 		 * would never time the ones at some positions. Unsampled launches leave no state,
 		 * so no return has to undo it. */
@@ -151,7 +127,8 @@ static __always_inline int enter(__u32 api, bool session)
 			return 1;
 		}
 	}
-	st->depth = 1;
+	if (!GS_CALL_ENTER(st->depth))
+		return 0;
 	st->api = api;
 	st->start_ns = bpf_ktime_get_ns();
 	return 0;
@@ -163,8 +140,7 @@ static __always_inline void record(__u32 api, __u64 dur, __s32 ret)
 	struct gs_lat_key k = {.pid = pid, .api = api};
 	struct gs_lat_stats *s = bpf_map_lookup_elem(&stats, &k);
 	if (!s) {
-		__u32 zero = 0;
-		struct gs_lat_stats *z = bpf_map_lookup_elem(&zero_stats, &zero);
+		struct gs_lat_stats *z = gs_percpu(&zero_stats);
 		if (z)
 			bpf_map_update_elem(&stats, &k, z, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&stats, &k);
@@ -173,7 +149,7 @@ static __always_inline void record(__u32 api, __u64 dur, __s32 ret)
 			return;
 		}
 	}
-	s->buckets[log2_bucket(dur) & (GS_LAT_BUCKETS - 1)] += 1;
+	gs_hist_add(s->buckets, GS_LAT_BUCKETS, dur);
 	if (dur > s->max_ns)
 		s->max_ns = dur;
 	if (ret == 0) {
@@ -193,11 +169,11 @@ static __always_inline void leave(struct pt_regs *ctx)
 	if (api >= GS_API_COUNT)
 		return;
 	__u32 layer = apis[api].layer & 1;
-	struct call_state *st = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	struct call_state *st = gs_thread_state(&calls);
 	if (!st)
 		return;
 	st += layer;
-	if (st->depth == 0 || --st->depth > 0)
+	if (!GS_CALL_LEAVE(st->depth))
 		return;
 	record(st->api, now - st->start_ns, ret);
 }

@@ -11,7 +11,8 @@
 #include "common/events.h"
 #include "common/comm_filter.bpf.h"
 #include "memleak/memleak.h"
-#include "common/drops.bpf.h"
+#include "common/call_pair.bpf.h"
+#include "common/maps.bpf.h"
 #include "python/pyframes.bpf.h"
 #include "common/arch.bpf.h"
 
@@ -39,9 +40,9 @@ struct ctx_call {
 	__u16 depth;
 };
 
-/* Per thread: the outermost probed memory call in flight (a runtime call that reaches the
- * driver bumps depth at the driver probe and is handled once, when the runtime call
- * returns), and the thread's current context, as the context calls leave it. The context
+/* Per thread (common/call_pair.bpf.h): the outermost probed memory call in flight (a runtime
+ * call that reaches the driver bumps depth at the driver probe and is handled once, when the
+ * runtime call returns), and the thread's current context, as the context calls leave it. The context
  * is looked up here, when it changes, so an allocation costs no map lookup for it. */
 struct thread_state {
 	__u64 arg[4];
@@ -55,12 +56,7 @@ struct thread_state {
 	struct ctx_call cx[GS_LAYER_COUNT];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct thread_state);
-} ml_threads SEC(".maps");
+GS_THREAD_STORAGE(ml_threads, struct thread_state);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -106,35 +102,20 @@ struct {
 	__type(value, struct gs_ml_ctx);
 } ml_ctxs SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 18);
-} ml_events SEC(".maps");
+GS_RINGBUF(ml_events, 1 << 18);
 
 GS_DROP_COUNTERS(ml_drops, GS_ML_DROP_COUNT)
 
 /* Scratch: too large for the BPF stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gs_ml_stack);
-} ml_stack_buf SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gs_ml_proc);
-} ml_proc_buf SEC(".maps");
+GS_PERCPU_VALUE(ml_stack_buf, struct gs_ml_stack);
+GS_PERCPU_VALUE(ml_proc_buf, struct gs_ml_proc);
 
 static __always_inline struct gs_ml_proc *get_proc(__u32 pid)
 {
 	struct gs_ml_proc *p = bpf_map_lookup_elem(&ml_procs, &pid);
-	__u32 zero = 0;
 	if (p)
 		return p;
-	struct gs_ml_proc *np = bpf_map_lookup_elem(&ml_proc_buf, &zero);
+	struct gs_ml_proc *np = gs_percpu(&ml_proc_buf);
 	if (!np)
 		return NULL;
 	__builtin_memset(np, 0, sizeof(*np));
@@ -201,8 +182,7 @@ static __always_inline void emit_free(__u32 type, __u32 pid, __u64 addr, __s32 r
 
 static __always_inline void save_stack(struct pt_regs *ctx, struct gs_ml_key *k)
 {
-	__u32 zero = 0;
-	struct gs_ml_stack *s = bpf_map_lookup_elem(&ml_stack_buf, &zero);
+	struct gs_ml_stack *s = gs_percpu(&ml_stack_buf);
 	if (!s)
 		return;
 	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
@@ -347,12 +327,7 @@ struct release_acc {
 
 /* The sums live in a map value, not on the stack: the verifier follows stack values through
  * every callback iteration, and counts it can follow never converge. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct release_acc);
-} ml_release_buf SEC(".maps");
+GS_PERCPU_VALUE(ml_release_buf, struct release_acc);
 
 static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_alloc *a, struct release_match *m)
 {
@@ -361,8 +336,7 @@ static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_a
 	struct gs_ml_key key = *k;
 	__u64 size = a->size_bytes;
 	bool pinned = a->category == GS_MEM_PINNED;
-	__u32 zero = 0;
-	struct release_acc *r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	struct release_acc *r = gs_percpu(&ml_release_buf);
 	if (!r)
 		return 1;
 	if (bpf_map_delete_elem(&ml_allocs, &key) != 0)
@@ -386,13 +360,12 @@ static __always_inline void release_ctx(struct gs_ml_proc *p, __u32 pid, __u64 c
 					__u8 layer)
 {
 	struct release_match m = {.pid = pid, .gen_ns = p->gen_ns, .ctx = ctx_id};
-	__u32 zero = 0;
-	struct release_acc *r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	struct release_acc *r = gs_percpu(&ml_release_buf);
 	if (!r)
 		return;
 	__builtin_memset(r, 0, sizeof(*r));
 	bpf_for_each_map_elem(&ml_allocs, release_one, &m, 0);
-	r = bpf_map_lookup_elem(&ml_release_buf, &zero);
+	r = gs_percpu(&ml_release_buf);
 	if (!r || (!r->allocs && !r->pinned_allocs))
 		return;
 	struct release_acc sum = *r;
@@ -485,7 +458,7 @@ static __always_inline void runtime_binds(struct thread_state *st)
 static __always_inline int ctx_exit(struct pt_regs *ctx, struct thread_state *st, __u32 layer)
 {
 	struct ctx_call *c = &st->cx[layer & 1];
-	if (c->depth == 0 || --c->depth > 0)
+	if (!GS_CALL_LEAVE(c->depth))
 		return 0;
 	__u32 site = c->site;
 	if (site >= GS_API_COUNT || (__s32)PT_REGS_RC(ctx) != 0)
@@ -579,8 +552,7 @@ int ml_enter(struct pt_regs *ctx)
 	__u64 site = bpf_get_attach_cookie(ctx);
 	if (site >= GS_API_COUNT || !comm_matches())
 		return 0;
-	struct thread_state *st =
-		bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct thread_state *st = gs_thread_state_new(&ml_threads);
 	if (!st) {
 		count_drop(GS_ML_DROP_NO_STATE);
 		return 0;
@@ -588,7 +560,7 @@ int ml_enter(struct pt_regs *ctx)
 	const struct gs_api_desc *d = &apis[site];
 	if (d->roles & GS_ROLE_CONTEXT) {
 		struct ctx_call *c = &st->cx[d->layer & 1];
-		if (c->depth++ > 0)
+		if (!GS_CALL_ENTER(c->depth))
 			return 0;
 		struct gs_args regs;
 		gs_args_load(ctx, &regs);
@@ -605,7 +577,7 @@ int ml_enter(struct pt_regs *ctx)
 		}
 		return 0;
 	}
-	if (st->depth++ > 0)
+	if (!GS_CALL_ENTER(st->depth))
 		return 0;
 	st->site = site;
 	st->arg[0] = PT_REGS_PARM1(ctx);
@@ -625,14 +597,12 @@ int ml_exit(struct pt_regs *ctx)
 	 * compiler's copy of `row` is bounded. */
 	bool ctx_row = apis[row].roles & GS_ROLE_CONTEXT;
 	__u32 row_layer = apis[row].layer & 1;
-	struct thread_state *st = bpf_task_storage_get(&ml_threads, bpf_get_current_task_btf(), 0, 0);
+	struct thread_state *st = gs_thread_state(&ml_threads);
 	if (!st)
 		return 0;
 	if (ctx_row)
 		return ctx_exit(ctx, st, row_layer);
-	if (st->depth == 0)
-		return 0;
-	if (--st->depth > 0)
+	if (!GS_CALL_LEAVE(st->depth))
 		return 0;
 	__u32 site = st->site;
 	if (site >= GS_API_COUNT)

@@ -7,6 +7,7 @@
 #ifndef GPUSCOPE_PYFRAMES_BPF_H
 #define GPUSCOPE_PYFRAMES_BPF_H
 
+#include "common/maps.bpf.h"
 #include "python/pyframes.h"
 
 struct {
@@ -31,17 +32,8 @@ struct {
 	__type(value, struct gs_py_stack);
 } gs_py_stacks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 16);
-} gs_py_events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_PY_CNT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} gs_py_counters SEC(".maps");
+GS_RINGBUF(gs_py_events, 1 << 16);
+GS_PERCPU_COUNTERS(gs_py_counters, GS_PY_CNT_COUNT, gs_py_count)
 
 /* Scratch: the chain being built, and the frame header just read (too large for the stack;
  * a map value also takes the per-version field offsets as indexes). */
@@ -50,23 +42,11 @@ struct gs_py_scratch {
 	__u8 win[128];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gs_py_scratch);
-} gs_py_scratch_buf SEC(".maps");
+GS_PERCPU_VALUE(gs_py_scratch_buf, struct gs_py_scratch);
 
 /* Bytes of an interpreter frame read at once: every field the walk needs lies below this, in
  * every supported version (the highest is owner at 70). */
 #define GS_PY_WIN 72
-
-static __always_inline void gs_py_count(__u32 which)
-{
-	__u64 *c = bpf_map_lookup_elem(&gs_py_counters, &which);
-	if (c)
-		*c += 1;
-}
 
 /* The thread's id in its own pid namespace: what CPython stores as native_thread_id. */
 static __always_inline __u32 gs_py_ns_tid(struct task_struct *t)
@@ -157,12 +137,12 @@ static long gs_py_frame_step(__u64 i, void *arg)
 	struct gs_py_scratch *sc;
 	struct gs_py_frame *fr;
 	__u64 code, prev, instr, base, qual;
-	__u32 zero = 0, d;
+	__u32 d;
 	__u16 o;
 
 	if (!w->f)
 		return 1;
-	sc = bpf_map_lookup_elem(&gs_py_scratch_buf, &zero);
+	sc = gs_percpu(&gs_py_scratch_buf);
 	if (!sc)
 		return 1;
 	if (bpf_probe_read_user(sc->win, GS_PY_WIN, (void *)w->f)) {
@@ -234,7 +214,7 @@ int BPF_PROG(gs_py_exec, struct task_struct *p)
  * thread runs no Python code. */
 static __always_inline __u64 gs_py_capture(struct task_struct *t)
 {
-	__u32 pid = BPF_CORE_READ(t, tgid), tid = BPF_CORE_READ(t, pid), zero = 0;
+	__u32 pid = BPF_CORE_READ(t, tgid), tid = BPF_CORE_READ(t, pid);
 	struct gs_py_proc *pp = bpf_map_lookup_elem(&gs_py_procs, &pid);
 	struct gs_py_frame_walk w = {.h = 0xcbf29ce484222325ull};
 	struct gs_py_stack_key key = {.pid = pid};
@@ -261,7 +241,7 @@ static __always_inline __u64 gs_py_capture(struct task_struct *t)
 		return 0;
 	if (w.flags & GS_PY_TRUNCATED)
 		gs_py_count(GS_PY_CNT_TRUNCATED);
-	sc = bpf_map_lookup_elem(&gs_py_scratch_buf, &zero);
+	sc = gs_percpu(&gs_py_scratch_buf);
 	if (!sc)
 		return 0;
 	sc->stack.depth = w.depth;

@@ -8,7 +8,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "bridge/bridge_maps.h"
+#include "bridge/bridge_pins.bpf.h" /* its maps, replaced by the pinned ones before load */
+#include "common/maps.bpf.h"
 #include "starvation/starvation.h"
 #include "python/pyframes.bpf.h"
 
@@ -31,42 +32,8 @@ __u64 seen_update_ns;
 /* Written by userspace: which tgids the bridge lists (a prefilter; gpu_per_pid decides). */
 __u64 gpu_tgid_bits[GS_S_TGID_WORDS];
 
-/* The bridge's maps; replaced by the pinned ones before load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gpu_meta);
-} gpu_meta SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, GPU_MAX_DEVICES);
-	__type(key, __u32);
-	__type(value, struct gpu_device_metrics);
-} gpu_device SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GPU_BRIDGE_MAX_PIDS);
-	__type(key, __u32);
-	__type(value, struct gpu_pid);
-} gpu_per_pid SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GPU_BRIDGE_MAX_PID_DEVICES);
-	__type(key, __u64);
-	__type(value, struct gpu_pid_device);
-} gpu_pid_dev SEC(".maps");
-
 /* Our own state. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gs_s_cpu);
-} cpu_state SEC(".maps");
+GS_PERCPU_VALUE(cpu_state, struct gs_s_cpu);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -89,19 +56,7 @@ struct {
 	__uint(value_size, GS_S_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_S_CNT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-static __always_inline void count(__u32 which)
-{
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
-	if (c)
-		*c += 1;
-}
+GS_PERCPU_COUNTERS(counters, GS_S_CNT_COUNT, count)
 
 /* Folds the bridge's newest tick into the latch, once per tick. Two CPUs may both see a new tick
  * and fold it; they write the same values. */
@@ -166,7 +121,7 @@ static __always_inline bool gpu_of(struct gs_s_cpu *c, struct gpu_meta *m, __u32
 {
 	__u32 n_devices = m->n_devices;
 	__u64 tick = m->last_update_boottime_ns;
-	struct gpu_pid *pp;
+	struct gpu_pid_metrics_aggregated *pp;
 	bool any = false;
 
 	if (c->tgid == tgid && c->seen_update_ns == tick) {
@@ -177,7 +132,7 @@ static __always_inline bool gpu_of(struct gs_s_cpu *c, struct gpu_meta *m, __u32
 	if (!listed(tgid))
 		goto out;
 	pp = bpf_map_lookup_elem(&gpu_per_pid, &tgid);
-	if (!pp || pp->used_gpu_memory_total_bytes < min_gpu_mem_bytes)
+	if (!pp || pp->used_gpu_memory_total < min_gpu_mem_bytes)
 		goto out;
 	if (pp->gpu_device_primary != GPU_DEVICE_SEVERAL) {
 		__u32 d = pp->gpu_device_primary;
@@ -190,11 +145,11 @@ static __always_inline bool gpu_of(struct gs_s_cpu *c, struct gpu_meta *m, __u32
 	/* On several devices: starved only when all of them are idle. */
 	for (__u32 d = 0; d < GPU_MAX_DEVICES; d++) {
 		__u64 key = ((__u64)tgid << 32) | d;
-		struct gpu_pid_device *pd;
+		struct gpu_pid_metrics *pd;
 		if (d >= n_devices)
 			break;
-		pd = bpf_map_lookup_elem(&gpu_pid_dev, &key);
-		if (!pd || pd->used_gpu_memory_bytes < min_gpu_mem_bytes)
+		pd = bpf_map_lookup_elem(&gpu_per_pid_per_device, &key);
+		if (!pd || pd->used_gpu_memory < min_gpu_mem_bytes)
 			continue;
 		any = true;
 		if (last_active_ns[d] > *newest)
@@ -268,8 +223,8 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(gs_s_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct gpu_meta *m = meta();
-	__u32 zero = 0, tgid;
-	struct gs_s_cpu *c = bpf_map_lookup_elem(&cpu_state, &zero);
+	struct gs_s_cpu *c = gs_percpu(&cpu_state);
+	__u32 tgid;
 	__u64 now = 0, newest;
 
 	if (!m || !c)
@@ -305,8 +260,8 @@ int gs_s_sample(struct bpf_perf_event_data *ctx)
 	struct gpu_meta *m = meta(); /* also on idle CPUs: the latch must see every tick */
 	struct task_struct *t = bpf_get_current_task_btf();
 	struct gs_s_sample_key key = {};
-	__u32 zero = 0, tid = t->pid;
-	struct gs_s_cpu *c = bpf_map_lookup_elem(&cpu_state, &zero);
+	__u32 tid = t->pid;
+	struct gs_s_cpu *c = gs_percpu(&cpu_state);
 	struct gs_s_thread *st;
 	__u64 now, start, one = 1, *cnt;
 

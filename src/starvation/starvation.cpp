@@ -196,7 +196,7 @@ void Starvation::open(const BridgePins& pins) {
   }
   if (!pins.ok) return;
   bpf_map* maps[BridgePins::kCount] = {skel_->maps.gpu_meta, skel_->maps.gpu_device, skel_->maps.gpu_per_pid,
-                                       skel_->maps.gpu_pid_dev};
+                                       skel_->maps.gpu_per_pid_per_device};
   for (int i = 0; i < BridgePins::kCount; i++)
     if (int err = bpf_map__reuse_fd(maps[i], pins.fds[i].get()))
       throw std::runtime_error(fmt::format("cannot use {}/{}: {}", dir_, BridgePins::kNames[i], strerror(-err)));

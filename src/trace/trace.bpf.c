@@ -9,7 +9,8 @@
 #include "common/capture.bpf.h"
 #include "common/launch.bpf.h"
 #include "common/comm_filter.bpf.h"
-#include "common/drops.bpf.h"
+#include "common/call_pair.bpf.h"
+#include "common/maps.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -18,10 +19,8 @@ const volatile bool emit_exit = true;
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
-/* Per thread and layer: the outermost probed call in flight. Nested calls of the same
- * layer only bump depth, so each layer reports one event per call. Task-local storage
- * rather than a hash keyed by tid: it is a pointer away from the task, and the kernel frees
- * it with the thread, so a thread that dies inside a call leaves nothing behind. */
+/* Per thread and layer: the outermost probed call in flight (common/call_pair.bpf.h). Nested
+ * calls of the same layer only bump depth, so each layer reports one event per call. */
 struct call_state {
 	__u64 start_ns;
 	__u64 outp;
@@ -35,21 +34,13 @@ struct thread_state {
 	struct call_state layer[GS_LAYER_COUNT];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct thread_state);
-} calls SEC(".maps");
+GS_THREAD_STORAGE(calls, struct thread_state);
 
 /* Streams under capture: taken at the begin call's return (when it succeeds) or, with no
  * exit program, at its entry; dropped at the end call's entry. */
 GS_CAPTURE_STATE()
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
+GS_RINGBUF(events, 1 << 22);
 
 GS_DROP_COUNTERS(drops, GS_DROP_COUNT)
 
@@ -112,20 +103,16 @@ int gs_enter(struct pt_regs *ctx)
 	gs_args_load(ctx, &regs);
 
 	if (emit_exit) {
-		struct thread_state *ts =
-			bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		struct thread_state *ts = gs_thread_state_new(&calls);
 		if (!ts) {
 			count_drop(GS_DROP_STATE_FULL);
 		} else {
 			struct call_state *st = &ts->layer[d->layer & 1];
-			if (st->depth) {
-				st->depth++;
+			if (!GS_CALL_ENTER(st->depth))
 				return 0;
-			}
 			st->start_ns = bpf_ktime_get_boot_ns();
 			st->outp = d->outp ? ARG(d->outp) : 0;
 			st->stream = d->stream ? ARG(d->stream) : 0;
-			st->depth = 1;
 			st->api = api;
 		}
 	}
@@ -184,11 +171,11 @@ int gs_exit(struct pt_regs *ctx)
 	/* Read the row before the helper call: afterwards the verifier no longer knows the
 	 * compiler's scaled copy of `api` is bounded. */
 	layer = apis[api].layer & 1;
-	ts = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	ts = gs_thread_state(&calls);
 	if (!ts)
 		return 0;
 	cur = &ts->layer[layer];
-	if (cur->depth == 0 || --cur->depth > 0)
+	if (!GS_CALL_LEAVE(cur->depth))
 		return 0;
 	st = *cur;
 	if (st.api >= GS_API_COUNT)

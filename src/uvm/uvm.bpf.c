@@ -5,16 +5,12 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "common/maps.bpf.h"
 #include "uvm/uvm.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_UVM_COUNTERS);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
+GS_PERCPU_COUNTERS(counters, GS_UVM_COUNTERS, bump)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -22,13 +18,6 @@ struct {
 	__type(key, __u64); /* thrashing address */
 	__type(value, struct gs_uvm_thrash_val);
 } thrashing SEC(".maps");
-
-static __always_inline void bump(__u32 which)
-{
-	__u64 *n = bpf_map_lookup_elem(&counters, &which);
-	if (n)
-		*n += 1;
-}
 
 static __always_inline void thrash(__u64 address)
 {
@@ -44,49 +33,27 @@ static __always_inline void thrash(__u64 address)
 	bpf_map_update_elem(&thrashing, &address, &fresh, BPF_NOEXIST);
 }
 
-SEC("kprobe")
-int gs_uvm_replayable(struct pt_regs *ctx)
-{
-	bump(GS_UVM_REPLAYABLE);
-	return 0;
-}
+/* Each hook twice: a kprobe (prog), and its fentry twin (fentry_prog), whose attach target
+ * userspace sets before load. The arguments after `body` are the hooked function's. */
+#define GS_UVM_HOOK(prog, fentry_prog, body, args...)                                              \
+	SEC("kprobe")                                                                              \
+	int BPF_KPROBE(prog, ##args)                                                               \
+	{                                                                                          \
+		body;                                                                              \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC("fentry")                                                                              \
+	int BPF_PROG(fentry_prog, ##args)                                                          \
+	{                                                                                          \
+		body;                                                                              \
+		return 0;                                                                          \
+	}
 
-SEC("kprobe")
-int gs_uvm_non_replayable(struct pt_regs *ctx)
-{
-	bump(GS_UVM_NON_REPLAYABLE);
-	return 0;
-}
-
+GS_UVM_HOOK(gs_uvm_replayable, gs_uvm_replayable_fentry, bump(GS_UVM_REPLAYABLE))
+GS_UVM_HOOK(gs_uvm_non_replayable, gs_uvm_non_replayable_fentry, bump(GS_UVM_NON_REPLAYABLE))
 /* uvm_tools_record_thrashing(uvm_va_space_t *va_space, NvU64 address, size_t region_size, ...) */
-SEC("kprobe")
-int BPF_KPROBE(gs_uvm_thrashing, void *va_space, __u64 address)
-{
-	thrash(address);
-	return 0;
-}
-
-/* fentry twins: the attach target is set from userspace before load. */
-SEC("fentry")
-int BPF_PROG(gs_uvm_replayable_fentry)
-{
-	bump(GS_UVM_REPLAYABLE);
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(gs_uvm_non_replayable_fentry)
-{
-	bump(GS_UVM_NON_REPLAYABLE);
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(gs_uvm_thrashing_fentry, void *va_space, __u64 address)
-{
-	thrash(address);
-	return 0;
-}
+GS_UVM_HOOK(gs_uvm_thrashing, gs_uvm_thrashing_fentry, thrash(address), void *va_space,
+	    __u64 address)
 
 /* Loaded on its own to learn whether this kernel lets fentry programs load at all. */
 SEC("fentry/do_nanosleep")

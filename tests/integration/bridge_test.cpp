@@ -266,14 +266,14 @@ TEST(BridgeLayout, BpfProgramAndCxxAgree) {
   std::unique_ptr<bridge_layout_bpf, void (*)(bridge_layout_bpf*)> skel(bridge_layout_bpf__open(),
                                                                         bridge_layout_bpf__destroy);
   ASSERT_TRUE(skel);
-#define S(s) sizeof(s),
-#define F(s, f) offsetof(s, f),
+#define S(s, size) sizeof(s),
+#define F(s, f, off) offsetof(s, f),
   const size_t cxx[] = {GPU_BRIDGE_LAYOUT(S, F)};
   const char* names[] = {
 #undef S
 #undef F
-#define S(s) #s,
-#define F(s, f) #s "." #f,
+#define S(s, size) #s,
+#define F(s, f, off) #s "." #f,
       GPU_BRIDGE_LAYOUT(S, F)};
 #undef S
 #undef F
