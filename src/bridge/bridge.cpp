@@ -1,7 +1,6 @@
 #include "bridge/bridge.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +36,7 @@ using enum BridgePins::Map;
 
 using PinsSkel = std::unique_ptr<bridge_pins_bpf, void (*)(bridge_pins_bpf*)>;
 
-std::array<bpf_map*, 4> skel_maps(bridge_pins_bpf* s) {
+std::array<bpf_map*, BridgePins::kCount> skel_maps(bridge_pins_bpf* s) {
   return {s->maps.gpu_meta, s->maps.gpu_device, s->maps.gpu_per_pid, s->maps.gpu_per_pid_per_device};
 }
 
@@ -122,8 +121,8 @@ class Bridge {
   std::string dir_;
   std::unique_ptr<nvml::Library> nvml_;
   PinsSkel skel_{nullptr, bridge_pins_bpf__destroy};
-  Fd maps_[4];
-  bool reused_[4] = {};
+  Fd maps_[BridgePins::kCount];
+  bool reused_[BridgePins::kCount] = {};
   std::vector<DeviceState> state_;
   bool pcie_read_this_tick_ = false;
   std::vector<nvml::Sample> samples_;
@@ -165,7 +164,7 @@ void Bridge::clear_hash(int fd) {
 
 void Bridge::open_maps() {
   auto maps = skel_maps(skel_.get());
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < BridgePins::kCount; i++) {
     Fd fd(bpf_obj_get(path(i).c_str()));
     if (fd && compatible(fd.get(), maps[i])) {
       if (int err = bpf_map__reuse_fd(maps[i], fd.get()))
@@ -176,7 +175,7 @@ void Bridge::open_maps() {
   if (int err = bridge_pins_bpf__load(skel_.get()))
     throw std::runtime_error(fmt::format("cannot create the bridge's maps: {}", strerror(-err)));
   int pinned = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < BridgePins::kCount; i++) {
     maps_[i] = Fd(fcntl(bpf_map__fd(maps[i]), F_DUPFD_CLOEXEC, 0));
     if (reused_[i]) continue;
     unlink(path(i).c_str());  // incompatible, or not there at all
@@ -498,7 +497,7 @@ void Bridge::start() {
           dir_.c_str(), o_.poll_interval_ms, o_.no_samples ? " (samples off)" : "",
           reused_[kMeta] ? " (pins taken over in place)" : "");
   if (o_.verbose)
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < BridgePins::kCount; i++) {
       bpf_map_info info{};
       uint32_t len = sizeof info;
       bpf_obj_get_info_by_fd(maps_[i].get(), &info, &len);

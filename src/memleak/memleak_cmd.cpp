@@ -162,21 +162,12 @@ void MemleakView::summary(const MemleakProcess& p) {
   const gs_ml_proc& c = p.counters;
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "summary")
-        .num("pid", p.pid)
-        .str("comm", p.comm)
-        .num("outstanding_bytes", c.outstanding_bytes)
-        .num("outstanding_allocs", c.outstanding_allocs)
-        .num("allocs_ok", c.allocs_ok)
-        .num("allocs_failed", c.allocs_failed)
-        .num("frees_ok", c.frees_ok)
-        .num("frees_failed", c.frees_failed)
-        .num("pinned_bytes", c.pinned_bytes)
-        .num("pinned_allocs", c.pinned_allocs)
-        .num("allocs_untracked", c.allocs_untracked)
-        .num("frees_untracked", c.frees_untracked)
-        .num("bad_frees", c.bad_frees)
-        .num("double_frees", c.double_frees);
+    j.str("type", "summary").num("pid", p.pid).str("comm", p.comm).num("outstanding_bytes", c.outstanding_bytes);
+    j.num("outstanding_allocs", c.outstanding_allocs).num("allocs_ok", c.allocs_ok);
+    j.num("allocs_failed", c.allocs_failed).num("frees_ok", c.frees_ok).num("frees_failed", c.frees_failed);
+    j.num("pinned_bytes", c.pinned_bytes).num("pinned_allocs", c.pinned_allocs);
+    j.num("allocs_untracked", c.allocs_untracked).num("frees_untracked", c.frees_untracked);
+    j.num("bad_frees", c.bad_frees).num("double_frees", c.double_frees);
     j.begin_array("devices");
     for (auto& d : p.devices)
       j.begin_object()

@@ -1,6 +1,5 @@
 #include <bpf/bpf.h>
 #include <linux/perf_event.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
