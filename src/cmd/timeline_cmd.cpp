@@ -98,11 +98,10 @@ int run_timeline(const TimelineOptions& o) {
     if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
     if (!in.comms.count(e.pid)) in.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
   });
-  GpuTimeCollector::Config gc{o.scope.pids, o.scope.comm, o.cupti_libs, true};
+  GpuTimeCollector::Config gc{o.cupti_libs, true};
   gc.mode = GS_GT_MODE_TIMELINE;  // launch calls too: the arrows from each launch to its kernel
-  GpuTimeCollector gpu(std::move(gc));
+  GpuTimeCollector gpu(session, std::move(gc));
   BridgeCounters bridge(o.pin_dir);
-  session.on_maps_changed([&](pid_t pid) { gpu.notice(pid); });
   session.start();
   gpu.start();
   EventLoop loop(o.common.duration_s);
