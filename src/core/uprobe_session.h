@@ -120,7 +120,8 @@ class UprobeSession {
   SessionStats stats() const;
   // The "library discovery: ..." line of -v.
   std::string discovery_mode() const;
-  // Detaches every probe but the libraries' (remove_library).
+  // Detaches every probe but the libraries' (remove_library), in parallel: each detach waits
+  // for an RCU grace period.
   void detach();
 
  private:
