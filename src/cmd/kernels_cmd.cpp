@@ -212,9 +212,9 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
 }
 
 // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
-std::unique_ptr<GpuTimeCollector> gpu_time_collector(const KernelsOptions& o) {
+std::unique_ptr<GpuTimeCollector> gpu_time_collector(UprobeSession& session, const KernelsOptions& o) {
   try {
-    return std::make_unique<GpuTimeCollector>(GpuTimeCollector::Config{o.scope.pids, o.scope.comm, o.cupti_libs});
+    return std::make_unique<GpuTimeCollector>(session, GpuTimeCollector::Config{o.cupti_libs});
   } catch (const UsageError& e) {
     if (!o.cupti_libs.empty()) throw;
     if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
@@ -247,13 +247,12 @@ int run_kernels(const KernelsOptions& o) {
   };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
-  std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(o);
+  std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(session, o);
   KernelsView view(o, gpu.get());
   kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) {
     if (gpu) gpu->drain();  // the library's last flush came before the exit
     view.exited(rows);
   });
-  if (gpu) session.on_maps_changed([&](pid_t pid) { gpu->notice(pid); });
   session.start();
   kernels.start(session);
   if (gpu) gpu->start();

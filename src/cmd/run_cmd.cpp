@@ -29,8 +29,8 @@ struct RunOptions {
   std::vector<std::string> cmd;
 };
 
-int run_run(const RunOptions& o) {
-  if (o.cmd.empty()) throw UsageError("run: name a command after --, e.g. gpuscope run -- python3 train.py");
+// The library to inject, as an absolute path: the command may change directory.
+std::string library_path(const RunOptions& o) {
   std::string lib = o.lib.empty() ? cupti_lib_beside_self() : o.lib;
   if (access(lib.c_str(), R_OK) != 0)
     throw UsageError(lib + ": " + strerror(errno) + " (build it beside gpuscope, or name it with --cupti-lib)");
@@ -39,12 +39,14 @@ int run_run(const RunOptions& o) {
     if (abs) lib = abs;
     free(abs);
   }
-  setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
-  if (o.flush_ms) setenv("GPUSCOPE_CUPTI_FLUSH_MS", std::to_string(o.flush_ms).c_str(), 1);
-  if (o.always) setenv("GPUSCOPE_CUPTI_ALWAYS", "1", 1);
-  // Signals a user sends the command through us; INT and TERM end it (below).
-  static volatile sig_atomic_t pending[3];
-  static const int forwarded[3] = {SIGHUP, SIGUSR1, SIGUSR2};
+  return lib;
+}
+
+// Signals a user sends the command through us; INT and TERM end it (wait_for).
+volatile sig_atomic_t pending[3];
+const int forwarded[3] = {SIGHUP, SIGUSR1, SIGUSR2};
+
+void catch_forwarded() {
   struct sigaction sa {};
   sa.sa_handler = [](int sig) {
     for (int i = 0; i < 3; i++)
@@ -52,23 +54,28 @@ int run_run(const RunOptions& o) {
   };
   sigemptyset(&sa.sa_mask);
   for (int sig : forwarded) sigaction(sig, &sa, nullptr);
+}
+
+pid_t spawn(const std::vector<std::string>& cmd) {
   const pid_t self = getpid();
   pid_t child = fork();
   if (child < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
-  if (child == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGUSR1, SIGUSR2}) signal(sig, SIG_DFL);
-    // Killed with us (kill -9 included): a command left running would hold the GPU unseen.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != self) _exit(128 + SIGTERM);  // we died before the line above
-    std::vector<char*> argv;
-    for (auto& a : o.cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    fprintf(stderr, "gpuscope: %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  // Ctrl-C, SIGTERM and -d reach the command as SIGTERM, and SIGKILL kKillAfter later if it
-  // is still running; its exit status is ours.
+  if (child > 0) return child;
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGUSR1, SIGUSR2}) signal(sig, SIG_DFL);
+  // Killed with us (kill -9 included): a command left running would hold the GPU unseen.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != self) _exit(128 + SIGTERM);  // we died before the line above
+  std::vector<char*> argv;
+  for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  fprintf(stderr, "gpuscope: %s: %s\n", argv[0], strerror(errno));
+  _exit(127);
+}
+
+// Ctrl-C, SIGTERM and -d reach the command as SIGTERM, and SIGKILL kKillAfter later if it is
+// still running; returns its exit status, ours.
+int wait_for(pid_t child, const RunOptions& o) {
   constexpr auto kKillAfter = std::chrono::seconds(10);
   StopControl stop(o.common.duration_s);
   std::optional<std::chrono::steady_clock::time_point> termed;
@@ -94,7 +101,18 @@ int run_run(const RunOptions& o) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int run_run(const RunOptions& o) {
+  if (o.cmd.empty()) throw UsageError("run: name a command after --, e.g. gpuscope run -- python3 train.py");
+  const std::string lib = library_path(o);
+  setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
+  if (o.flush_ms) setenv("GPUSCOPE_CUPTI_FLUSH_MS", std::to_string(o.flush_ms).c_str(), 1);
+  if (o.always) setenv("GPUSCOPE_CUPTI_ALWAYS", "1", 1);
+  catch_forwarded();
+  const pid_t child = spawn(o.cmd);
+  const int code = wait_for(child, o);
   if (o.common.json) {
     Writer w;
     JsonLine(w.buf()).str("type", "summary").num("pid", child).num("exit_code", code).str("library", lib).end();

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include "bridge/bridge_maps.h"
@@ -66,43 +67,101 @@ class BridgeCounters {
   bool fresh_ = false;
 };
 
+// Refuses an output that cannot take the timeline before anything is attached: /proc and /sys
+// files open for writing and fail only at the write, after the whole recording.
+void check_output(const std::string& out) {
+  struct stat st {};
+  if (stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw UsageError("-o " + out + ": not a regular file");
+  std::string dir = out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/') + 1);
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC))
+    throw UsageError("-o " + out + ": /proc and /sys take no timeline");
+  int fd = open(out.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd < 0) throw UsageError("-o " + out + ": " + strerror(errno));
+  close(fd);
+}
+
+// The CPU side of the timeline: each call's exit event, up to --max-calls.
+class CallRecorder {
+ public:
+  CallRecorder(TimelineInput& in, uint32_t max_calls) : in_(in), max_(max_calls) {}
+  void operator()(const gs_call_event& e) {
+    if (e.phase != GS_PHASE_EXIT) return;
+    if (in_.calls.size() >= max_) {
+      over_++;
+      return;
+    }
+    in_.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer});
+    auto& tn = in_.threads[{e.pid, e.tid}];
+    if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
+    if (!in_.comms.count(e.pid)) in_.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
+  }
+  uint64_t over() const { return over_; }
+
+ private:
+  TimelineInput& in_;
+  uint32_t max_;
+  uint64_t over_ = 0;
+};
+
+// The GPU side, the notes on what is absent and the losses, once the recording has ended.
+void finish_input(TimelineInput& in, const GpuTimeCollector& gpu, const BridgeCounters& bridge,
+                  const TraceCollector::Stats& ts, const GpuTimeCollector::Stats& gs, uint64_t calls_over) {
+  in.gpu = gpu.records();
+  in.kernel_name = [&gpu](uint32_t pid, uint32_t id) { return gpu.name(pid, id); };
+  for (auto& g : in.gpu)
+    if (!in.comms.count(g.pid)) in.comms[g.pid] = gpu.kept_comm(g.pid);
+  if (in.gpu.empty())
+    in.gpu_note = std::string("none: GPU spans need ") + kCuptiLibName +
+                  " in the workload (CUDA_INJECTION64_PATH=" + cupti_lib_beside_self() + ", or gpuscope run -- CMD)";
+  if (in.counters.empty())
+    in.counter_note =
+        bridge.present() ? "none: the bridge's pins were stale" : "none: start gpuscope bridge for device counters";
+  in.lost = {{"cpu_ringbuf", ts.lost_ringbuf}, {"cpu_state", ts.lost_state},
+             {"cpu_over_bound", calls_over},   {"gpu_ringbuf", gs.lost_ringbuf},
+             {"gpu_unreadable", gs.lost_read}, {"gpu_over_hand_off", gs.lost_too_many},
+             {"gpu_over_bound", gs.lost_kept}, {"gpu_cupti_dropped", gs.cupti_dropped},
+             {"gpu_names", gs.lost_names}};
+}
+
+void write_file(const std::string& path, const std::string& doc) {
+  std::ofstream f(path, std::ios::trunc | std::ios::binary);
+  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineStats& st,
+             const TraceCollector::Stats& ts, uint64_t calls_over, const GpuTimeCollector::Stats& gs) {
+  Writer w;
+  if (o.common.json) {
+    JsonLine j(w.buf());
+    j.str("type", "summary").str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
+    j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
+    j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
+    j.boolean("gpu_library", !in.gpu.empty()).end();
+  } else {
+    fmt::format_to(std::back_inserter(w.buf()),
+                   "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples{}\n", o.out,
+                   st.cpu_spans, st.gpu_spans, st.flows, st.counters,
+                   in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
+  }
+}
+
 int run_timeline(const TimelineOptions& o) {
   o.scope.validate();
-  {
-    // Refuse an output that cannot take the timeline before attaching anything: /proc and /sys
-    // files open for writing and fail only at the write, after the whole recording.
-    struct stat st {};
-    if (stat(o.out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw UsageError("-o " + o.out + ": not a regular file");
-    std::string dir = o.out.find('/') == std::string::npos ? "." : o.out.substr(0, o.out.rfind('/') + 1);
-    struct statfs fs {};
-    if (statfs(dir.c_str(), &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC))
-      throw UsageError("-o " + o.out + ": /proc and /sys take no timeline");
-    int fd = open(o.out.c_str(), O_WRONLY | O_CREAT, 0644);
-    if (fd < 0) throw UsageError("-o " + o.out + ": " + strerror(errno));
-    close(fd);
-  }
+  check_output(o.out);
   check_pin_dir(o.pin_dir, false);
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
   TimelineInput in;
-  uint64_t calls_over = 0;
-  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope, 16384}, [&](const gs_call_event& e) {
-    if (e.phase != GS_PHASE_EXIT) return;
-    if (in.calls.size() >= o.max_calls) {
-      calls_over++;
-      return;
-    }
-    in.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer});
-    auto& tn = in.threads[{e.pid, e.tid}];
-    if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
-    if (!in.comms.count(e.pid)) in.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
-  });
-  GpuTimeCollector::Config gc{o.scope.pids, o.scope.comm, o.cupti_libs, true};
+  CallRecorder calls(in, o.max_calls);
+  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope, 16384}, std::ref(calls));
+  GpuTimeCollector::Config gc{o.cupti_libs, true};
   gc.mode = GS_GT_MODE_TIMELINE;  // launch calls too: the arrows from each launch to its kernel
-  GpuTimeCollector gpu(std::move(gc));
+  GpuTimeCollector gpu(session, std::move(gc));
   BridgeCounters bridge(o.pin_dir);
-  session.on_maps_changed([&](pid_t pid) { gpu.notice(pid); });
   session.start();
   gpu.start();
   EventLoop loop(o.common.duration_s);
@@ -121,43 +180,14 @@ int run_timeline(const TimelineOptions& o) {
   session.detach();
   trace.drain();
 
-  auto gs = gpu.stats();
-  auto ts = trace.stats();
-  in.gpu = gpu.records();
-  in.kernel_name = [&](uint32_t pid, uint32_t id) { return gpu.name(pid, id); };
-  for (auto& g : in.gpu)
-    if (!in.comms.count(g.pid)) in.comms[g.pid] = gpu.kept_comm(g.pid);
-  if (in.gpu.empty())
-    in.gpu_note = std::string("none: GPU spans need ") + kCuptiLibName +
-                  " in the workload (CUDA_INJECTION64_PATH=" + cupti_lib_beside_self() + ", or gpuscope run -- CMD)";
-  if (in.counters.empty())
-    in.counter_note =
-        bridge.present() ? "none: the bridge's pins were stale" : "none: start gpuscope bridge for device counters";
-  in.lost = {{"cpu_ringbuf", ts.lost_ringbuf}, {"cpu_state", ts.lost_state},
-             {"cpu_over_bound", calls_over},   {"gpu_ringbuf", gs.lost_ringbuf},
-             {"gpu_unreadable", gs.lost_read}, {"gpu_over_hand_off", gs.lost_too_many},
-             {"gpu_over_bound", gs.lost_kept}, {"gpu_cupti_dropped", gs.cupti_dropped},
-             {"gpu_names", gs.lost_names}};
+  const auto ts = trace.stats();
+  const auto gs = gpu.stats();
+  finish_input(in, gpu, bridge, ts, gs, calls.over());
   std::string doc;
   TimelineStats st = write_timeline(in, doc);
-  std::ofstream f(o.out, std::ios::trunc | std::ios::binary);
-  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
-  f.close();
-  if (!f) throw std::runtime_error("cannot write " + o.out);
+  write_file(o.out, doc);
   report_gpu_losses(gs);
-  Writer w;
-  if (o.common.json) {
-    JsonLine j(w.buf());
-    j.str("type", "summary").str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
-    j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
-    j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
-    j.boolean("gpu_library", !in.gpu.empty()).end();
-  } else {
-    fmt::format_to(std::back_inserter(w.buf()),
-                   "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples{}\n", o.out,
-                   st.cpu_spans, st.gpu_spans, st.flows, st.counters,
-                   in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
-  }
+  summary(o, in, st, ts, calls.over(), gs);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "core/uprobe_session.h"
 
 #include <bpf/bpf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/proc_maps.h"
 #include "core/session.h"
 #include "session.skel.h"
 
@@ -75,7 +77,10 @@ void destroy_session(session_bpf* s) { session_bpf__destroy(s); }
 UprobeSession::UprobeSession(Scope scope, bool verbose)
     : scope_(std::move(scope)), verbose_(verbose), skel_(nullptr, destroy_session) {}
 
-UprobeSession::~UprobeSession() { detach(); }
+UprobeSession::~UprobeSession() {
+  detach();
+  for (size_t i = 0; i < libraries_.size(); i++) remove_library(i);
+}
 
 void UprobeSession::add(std::vector<SiteProbe> probes, bool multi, std::function<void(const CudaObject&)> on_attached) {
   clients_.push_back({std::move(probes), multi, std::move(on_attached)});
@@ -95,38 +100,142 @@ bool UprobeSession::wanted(std::string_view sym) const {
 }
 
 size_t UprobeSession::attach_through(const CudaObject& obj, const std::string& path, std::string* err) {
+  std::vector<Placement> ps;
+  for (auto& c : clients_)
+    for (auto& p : c.probes) {
+      UprobeMultiTarget t = sites_of(obj, p.rows);
+      if (t.offsets.empty()) continue;
+      t.retprobe = p.retprobe;
+      t.session = p.session;
+      ps.push_back({p.prog, c.multi, std::move(t)});
+    }
+  return attach_placements(ps, path, links_, stats_.attach_failures, err);
+}
+
+size_t UprobeSession::attach_placements(std::vector<Placement>& ps, const std::string& path, std::vector<Link>& links,
+                                        size_t& failures, std::string* err) {
   size_t attached = 0;
-  const size_t first_link = links_.size(), failures_before = stats_.attach_failures;
+  const size_t first_link = links.size(), failures_before = failures;
   const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
   // Return probes go in before entry probes: a call entered between the two would otherwise
   // keep its entry without its return for good (a depth that never comes back to zero, and a
   // thread whose later launches all look nested).
   for (int pass = 0; pass < 2; pass++)
-    for (auto& c : clients_)
-      for (auto& p : c.probes) {
-        if ((pass == 0) != (p.retprobe && !p.session)) continue;
-        UprobeMultiTarget t = sites_of(obj, p.rows);
-        if (t.offsets.empty()) continue;
-        t.path = path;
-        t.retprobe = p.retprobe;
-        t.session = p.session;
-        for (pid_t pid : pids) {
-          t.pid = pid;
-          AttachTally tally;
-          attach_sites(p.prog, t, c.multi, links_, tally);
-          attached += tally.sites;
-          stats_.attach_failures += tally.failures;
-          if (!tally.err.empty()) *err = tally.err;
-        }
+    for (auto& p : ps) {
+      if ((pass == 0) != (p.sites.retprobe && !p.sites.session)) continue;
+      p.sites.path = path;
+      for (pid_t pid : pids) {
+        p.sites.pid = pid;
+        AttachTally tally;
+        attach_sites(p.prog, p.sites, p.multi, links, tally);
+        attached += tally.sites;
+        failures += tally.failures;
+        if (!tally.err.empty()) *err = tally.err;
       }
+    }
   // The process that lent its path exited part way through (say, entry probes attached, exit
   // probes not): a half-probed object would keep entries without exits for good, so what was
   // attached is undone, and the object is attached whole through another path or a later scan.
-  if (attached > 0 && stats_.attach_failures > failures_before && access(path.c_str(), F_OK) != 0) {
-    links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(first_link), links_.end());
+  if (attached > 0 && failures > failures_before && access(path.c_str(), F_OK) != 0) {
+    links.erase(links.begin() + static_cast<std::ptrdiff_t>(first_link), links.end());
     attached = 0;
   }
   return attached;
+}
+
+size_t UprobeSession::add_library(LibraryClient c) {
+  libraries_.push_back(std::make_unique<Library>());
+  libraries_.back()->client = std::move(c);
+  return libraries_.size() - 1;
+}
+
+const ElfSymbols* UprobeSession::attach_library_file(Library& lib, const std::string& path, dev_t dev, ino_t ino,
+                                                     std::string* err) {
+  auto [it, fresh] = lib.files.try_emplace({dev, ino});
+  if (!fresh) {
+    if (!it->second) *err = "not the library: a site is missing";
+    return it->second.get();
+  }
+  std::shared_ptr<const ElfSymbols> syms;
+  try {
+    auto want = [&](std::string_view n) {
+      return std::any_of(lib.client.sites.begin(), lib.client.sites.end(), [&](auto& s) { return s.symbol == n; });
+    };
+    syms = std::make_shared<const ElfSymbols>(ElfSymbols::read(path, want, lib.client.objects));
+  } catch (const std::exception& e) {
+    lib.files.erase(it);  // its process may have gone with the path: another offers it again
+    *err = e.what();
+    return nullptr;
+  }
+  std::vector<Placement> ps;
+  for (auto& s : lib.client.sites) {
+    const ElfSymbol* sym = syms->find(s.symbol);
+    if (!sym) {
+      *err = "not the library: no " + s.symbol;
+      return nullptr;  // stays null: the file has no such site
+    }
+    UprobeMultiTarget t;
+    t.offsets = {sym->file_offset};
+    t.cookies = {0};
+    t.retprobe = s.retprobe;
+    ps.push_back({s.prog, false, std::move(t)});
+  }
+  size_t failures = 0;
+  if (attach_placements(ps, path, lib.links, failures, err) == 0) {
+    lib.files.erase(it);  // tried again at the next scan that finds it
+    return nullptr;
+  }
+  it->second = std::move(syms);
+  return it->second.get();
+}
+
+bool UprobeSession::attach_library(size_t lib, const std::string& path, std::string* err) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    *err = strerror(errno);
+    return false;
+  }
+  return attach_library_file(*libraries_[lib], path, st.st_dev, st.st_ino, err) != nullptr;
+}
+
+size_t UprobeSession::library_files(size_t lib) const {
+  size_t n = 0;
+  for (auto& [_, syms] : libraries_[lib]->files) n += syms != nullptr;
+  return n;
+}
+
+void UprobeSession::remove_library(size_t lib) {
+  Library& l = *libraries_[lib];
+  l.removed = true;
+  destroy_links(l.links);
+  l.links.clear();
+  l.files.clear();
+}
+
+void UprobeSession::scan_libraries(const std::vector<pid_t>* only) {
+  if (std::all_of(libraries_.begin(), libraries_.end(), [](auto& l) { return l->removed; })) return;
+  const std::vector<pid_t> pids = only ? *only : scope_.pids.empty() ? list_pids() : scope_.pids;
+  const pid_t self = getpid();
+  for (pid_t pid : pids) {
+    if (pid == self) continue;
+    // Most processes map none: the text is searched before it is parsed.
+    auto text = read_file_opt("/proc/" + std::to_string(pid) + "/maps");
+    if (!text) continue;
+    for (auto& lib : libraries_) {
+      const std::string& name = lib->client.name;
+      if (lib->removed || text->find(name) == std::string::npos) continue;
+      if (!scope_.comm.empty() && proc_comm(pid) != scope_.comm) break;
+      for (auto& m : parse_maps(*text)) {
+        if (!m.is_file() || m.file_offset != 0 || m.path.find(name) == std::string::npos) continue;
+        std::string err;
+        const std::string path = "/proc/" + std::to_string(pid) + "/root" + m.path;
+        if (const ElfSymbols* syms = attach_library_file(*lib, path, m.dev, m.ino, &err)) {
+          lib->client.mapped({pid, m.start, *syms});
+          break;
+        }
+      }
+    }
+  }
 }
 
 bool UprobeSession::attach(const CudaObject& obj, bool from_lib) {
@@ -210,6 +319,7 @@ void UprobeSession::start() {
   for (const auto& obj : found) {
     if (attach(obj, false) && obj.seen_in > 0) initial.insert(obj.seen_in);
   }
+  scan_libraries(nullptr);
   initial_pids_.assign(initial.begin(), initial.end());
   rescan(nullptr);  // only for the loader hooks: the objects are attached by now
   event_driven_ = stats_.exec_hook && stats_.loader_hooks > 0;
@@ -219,8 +329,10 @@ void UprobeSession::start() {
 void UprobeSession::rescan(const std::vector<pid_t>* only) {
   if (only) {
     for (const auto& obj : disc_->scan_processes(only)) attach(obj, false);
+    scan_libraries(only);
   } else if (next_full_ != EventLoop::Clock::time_point{}) {
     for (const auto& obj : disc_->scan_processes()) attach(obj, false);
+    scan_libraries(nullptr);
   }
   if (!skel_) return;
   const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,29 @@ struct SiteProbe {
 // Rows of the site table whose description satisfies pred.
 std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred);
 
+// A library of gpuscope's own (libgpuscope-cupti.so) rather than CUDA's: found by a part of its
+// path in the maps of the processes in scope (-c included) at the scans and notices that find
+// CUDA objects, attached once per file at named symbols, each process mapping a copy handed to
+// `mapped` (at every scan that finds it: the client keeps what it has done).
+struct LibrarySite {
+  bpf_program* prog;
+  std::string symbol;
+  bool retprobe = false;
+};
+// A process's copy: where its mapping of file offset 0 starts, and the file's symbols (the sites'
+// and the data symbols the client asked for).
+struct LibraryMapping {
+  pid_t pid;
+  uint64_t start;
+  const ElfSymbols& symbols;
+};
+struct LibraryClient {
+  std::string name;  // a part of the mapped path
+  std::vector<LibrarySite> sites;
+  ElfSymbols::Filter objects;
+  std::function<void(const LibraryMapping&)> mapped;
+};
+
 struct SessionStats {
   size_t objects = 0;           // CUDA objects attached
   size_t probes = 0;            // probe sites attached, all clients
@@ -57,6 +81,16 @@ class UprobeSession {
   // A collector's programs; `multi` when they were loaded as uprobe_multi
   // (open_and_load_uprobes). `on_attached` runs after each object is attached.
   void add(std::vector<SiteProbe> probes, bool multi, std::function<void(const CudaObject&)> on_attached = {});
+  // A library client; the handle names it below. It is scanned for until remove_library.
+  size_t add_library(LibraryClient c);
+  // Attaches a copy of the library outside any process (beside gpuscope, a flag's path); false,
+  // with why in *err, when the file is not the library or cannot be attached.
+  bool attach_library(size_t lib, const std::string& path, std::string* err);
+  // Copies of the library attached.
+  size_t library_files(size_t lib) const;
+  // Detaches the library's probes and stops looking for it. It touches nothing else of the
+  // session: detach() may run meanwhile in another thread.
+  void remove_library(size_t lib);
   // fn(pid) for each process in scope whose mappings may have changed (exec, dlopen), before
   // it is rescanned.
   void on_maps_changed(std::function<void(pid_t)> fn) { maps_changed_.push_back(std::move(fn)); }
@@ -86,7 +120,8 @@ class UprobeSession {
   SessionStats stats() const;
   // The "library discovery: ..." line of -v.
   std::string discovery_mode() const;
-  // Detaches every probe (in parallel: each detach waits for an RCU grace period).
+  // Detaches every probe but the libraries' (remove_library), in parallel: each detach waits
+  // for an RCU grace period.
   void detach();
 
  private:
@@ -95,14 +130,31 @@ class UprobeSession {
     bool multi;
     std::function<void(const CudaObject&)> on_attached;
   };
+  // One program's sites in one file.
+  struct Placement {
+    bpf_program* prog;
+    bool multi;
+    UprobeMultiTarget sites;
+  };
+  struct Library {
+    LibraryClient client;
+    std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const ElfSymbols>> files;  // attached; null: not the library
+    std::vector<Link> links;
+    bool removed = false;
+  };
   bool attach(const CudaObject& obj, bool from_lib);
   size_t attach_through(const CudaObject& obj, const std::string& path, std::string* err);
+  size_t attach_placements(std::vector<Placement>& ps, const std::string& path, std::vector<Link>& links,
+                           size_t& failures, std::string* err);
+  const ElfSymbols* attach_library_file(Library& lib, const std::string& path, dev_t dev, ino_t ino, std::string* err);
+  void scan_libraries(const std::vector<pid_t>* only);
   void rescan(const std::vector<pid_t>* only);
   bool wanted(std::string_view sym) const;
 
   Scope scope_;
   bool verbose_;
   std::vector<Client> clients_;
+  std::vector<std::unique_ptr<Library>> libraries_;
   std::unique_ptr<Discovery> disc_;
   std::vector<CudaObject> libs_;
   std::unique_ptr<session_bpf, void (*)(session_bpf*)> skel_;

@@ -10,7 +10,6 @@
 
 #include "core/demangle.h"
 #include "core/elf_symbols.h"
-#include "core/proc_maps.h"
 #include "core/system.h"
 #include "gputime.skel.h"
 #include "gputime/gputime_collector.h"
@@ -55,10 +54,11 @@ const char* gpu_copy_kind_name(unsigned kind) {
   return kind < std::size(names) ? names[kind] : "Unknown";
 }
 
-GpuTimeCollector::GpuTimeCollector(Config cfg) : cfg_(std::move(cfg)), skel_(nullptr, gputime_bpf__destroy) {
+GpuTimeCollector::GpuTimeCollector(UprobeSession& session, Config cfg)
+    : cfg_(std::move(cfg)), session_(session), skel_(nullptr, gputime_bpf__destroy) {
   skel_.reset(gputime_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  set_comm_filter(skel_->rodata, cfg_.comm);
+  set_comm_filter(skel_->rodata, session_.scope().comm);
   if (cfg_.ring_bytes) bpf_map__set_max_entries(skel_->maps.gs_gt_events, cfg_.ring_bytes);
   int err = gputime_bpf__load(skel_.get());
   if (err)
@@ -69,39 +69,14 @@ GpuTimeCollector::GpuTimeCollector(Config cfg) : cfg_(std::move(cfg)), skel_(nul
   std::random_device rd;
   do generation_ = rd();
   while (generation_ == 0);
+  lib_ = session_.add_library(
+      {kCuptiLibName,
+       {{skel_->progs.gs_gt_buffer, "gpuscope_cupti_buffer"}, {skel_->progs.gs_gt_name, "gpuscope_cupti_name"}},
+       [](std::string_view s) { return s == "gpuscope_cupti_control"; },
+       [this](const LibraryMapping& m) { mapped(m); }});
 }
 
 GpuTimeCollector::~GpuTimeCollector() { stop(); }
-
-bool GpuTimeCollector::probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid) {
-  auto key = std::make_tuple(dev, ino, pid);
-  if (files_.count(key) || files_.count({dev, ino, -1})) return true;
-  File f;
-  f.path = path;
-  try {
-    auto syms = ElfSymbols::read(
-        path, [](std::string_view s) { return s == "gpuscope_cupti_buffer" || s == "gpuscope_cupti_name"; },
-        [](std::string_view s) { return s == "gpuscope_cupti_control"; });
-    auto* b = syms.find("gpuscope_cupti_buffer");
-    auto* n = syms.find("gpuscope_cupti_name");
-    if (!b || !n) return false;
-    f.buffer_off = b->file_offset;
-    f.name_off = n->file_offset;
-    for (auto& [vaddr, name] : syms.objects())
-      if (name == "gpuscope_cupti_control") f.control_vaddr = vaddr;
-    f.first_load_vaddr = syms.first_load_vaddr();
-  } catch (const std::exception&) {
-    return false;
-  }
-  std::string err;
-  Link lb = attach_uprobe(skel_->progs.gs_gt_buffer, {path, f.buffer_off, pid}, &err);
-  Link ln = attach_uprobe(skel_->progs.gs_gt_name, {path, f.name_off, pid}, &err);
-  if (!lb || !ln) return false;
-  links_.push_back(std::move(lb));
-  links_.push_back(std::move(ln));
-  files_[key] = f;
-  return true;
-}
 
 namespace {
 
@@ -169,40 +144,20 @@ void GpuTimeCollector::start() {
   for (auto& path : known) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) throw UsageError("--cupti-lib " + path + ": " + strerror(errno));
-    if (cfg_.pids.empty()) {
-      if (!probe_file(path, st.st_dev, st.st_ino, -1) && path != beside)
-        throw UsageError("--cupti-lib " + path + ": not a libgpuscope-cupti.so that can be probed");
-    } else {
-      for (pid_t p : cfg_.pids) probe_file(path, st.st_dev, st.st_ino, p);
-    }
+    std::string err;
+    if (!session_.attach_library(lib_, path, &err) && path != beside && session_.scope().pids.empty())
+      throw UsageError("--cupti-lib " + path + ": not a libgpuscope-cupti.so that can be probed");
   }
-  rescan();
 }
 
-void GpuTimeCollector::rescan(const std::vector<pid_t>* only) {
-  forget_exited();
-  std::vector<pid_t> pids = only ? *only : cfg_.pids.empty() ? list_pids() : cfg_.pids;
-  pid_t self = getpid();
-  for (pid_t pid : pids) {
-    if (pid == self || told_.count(pid)) continue;
-    auto text = read_file_opt("/proc/" + std::to_string(pid) + "/maps");
-    if (!text || text->find(kCuptiLibName) == std::string::npos) continue;
-    if (!cfg_.comm.empty() && proc_comm(pid) != cfg_.comm) continue;
-    for (auto& m : parse_maps(*text)) {
-      if (!m.is_file() || m.file_offset != 0 || m.path.find(kCuptiLibName) == std::string::npos) continue;
-      std::string path = "/proc/" + std::to_string(pid) + "/root" + m.path;
-      if (!probe_file(path, m.dev, m.ino, cfg_.pids.empty() ? -1 : pid)) continue;
-      auto it = files_.find({m.dev, m.ino, cfg_.pids.empty() ? -1 : pid});
-      if (it == files_.end()) it = files_.find({m.dev, m.ino, -1});
-      Told& t = told_[pid];
-      t.addr = m.start - it->second.first_load_vaddr + it->second.control_vaddr;
-      tell(pid, t, true);
-      break;
-    }
-  }
-  // Each wish is written again: its beat keeps the library's lease (and a v1 flag another
-  // gpuscope cleared on its way out is set again).
-  for (auto& [pid, t] : told_) tell(pid, t, true);
+void GpuTimeCollector::mapped(const LibraryMapping& m) {
+  uint64_t control = 0;
+  for (auto& [vaddr, name] : m.symbols.objects())
+    if (name == "gpuscope_cupti_control") control = vaddr;
+  const uint64_t addr = m.start - m.symbols.first_load_vaddr() + control;
+  Told& t = told_[m.pid];
+  if (t.addr != addr) t = Told{addr};  // new, or a new image (exec)
+  tell(m.pid, t, true);
 }
 
 void GpuTimeCollector::forget_exited() {
@@ -231,23 +186,12 @@ void GpuTimeCollector::forget_exited() {
 
 void GpuTimeCollector::watch(EventLoop& loop) {
   loop.watch(*rb_);
-  // The library arrives by dlopen at cuInit: noticed processes are scanned on the tick after the
-  // next (0.5-1 s later), every process only every 5 s (reading every maps file is what costs on
-  // a busy host). The wait spares the processes that end sooner: reading the maps of each one as
-  // it started delayed the naming of their kernels (test Agent.BoundedCardinality).
+  // Each wish is written again: its beat keeps the library's lease (and a v1 flag another
+  // gpuscope cleared on its way out is set again). What is kept of exited processes goes every
+  // 5 s (with -p every 0.5 s, its pids being few).
   loop.every(0.5, [this] {
-    std::vector<pid_t> due;
-    due.swap(noticed_due_);
-    noticed_due_.swap(noticed_);
-    if (++ticks_ % 10 == 0 || !cfg_.pids.empty()) {
-      noticed_due_.clear();
-      rescan();
-    } else if (!due.empty()) {
-      for (pid_t p : due) told_.erase(p);  // an exec'd process maps the library anew, if at all
-      rescan(&due);
-    } else {
-      for (auto& [pid, t] : told_) tell(pid, t, true);
-    }
+    if (++ticks_ % 10 == 0 || !session_.scope().pids.empty()) forget_exited();
+    for (auto& [pid, t] : told_) tell(pid, t, true);
   });
 }
 
@@ -256,13 +200,11 @@ void GpuTimeCollector::drain() { rb_->drain(); }
 void GpuTimeCollector::stop() {
   for (auto& [pid, t] : told_) tell(pid, t, false);
   told_.clear();
-  if (!links_.empty()) {
-    // The libraries' last flushes (they see the flag within their flush period) still arrive.
-    drain();
-    destroy_links(links_);
-    links_.clear();
-    drain();
-  }
+  // The libraries' last flushes (they see the flag within their flush period) still arrive.
+  const bool probed = probing();
+  if (probed) drain();
+  session_.remove_library(lib_);
+  if (probed) drain();
 }
 
 void GpuTimeCollector::handle(const void* data, size_t size) {
@@ -392,7 +334,7 @@ GpuTimeCollector::Stats GpuTimeCollector::stats() const {
     s.cupti_dropped += d.first;
     s.lib_dropped += d.second;
   }
-  s.files = files_.size();
+  s.files = session_.library_files(lib_);
   s.processes = told_.size();
   s.no_slot = no_slot_;
   s.max_kernel_rows = cfg_.max_kernel_rows;

@@ -1,8 +1,8 @@
 #pragma once
-// The GPU-time collector: finds libgpuscope-cupti.so (beside gpuscope, --cupti-lib, and in
-// every process in scope), probes its hand-off functions, tells each process's copy that a
-// gpuscope is attached, and decodes the records into per-kernel GPU time, per-device busy
-// time and, for the timeline, the records themselves. It never prints.
+// The GPU-time collector: has the uprobe session find and probe libgpuscope-cupti.so's hand-off
+// functions (beside gpuscope, --cupti-lib, and in every process in scope), tells each process's
+// copy that a gpuscope is attached, and decodes the records into per-kernel GPU time, per-device
+// busy time and, for the timeline, the records themselves. It never prints.
 #include <sys/types.h>
 
 #include <array>
@@ -10,13 +10,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/bpf.h"
 #include "core/event_loop.h"
+#include "core/uprobe_session.h"
 #include "gputime/gputime.h"
 
 struct gputime_bpf;
@@ -58,9 +57,8 @@ struct GpuRecord {
 class GpuTimeCollector {
  public:
   static constexpr size_t kMaxKernelRows = 65536;  // (pid, kernel) rows of GPU time kept, by default
+  // -p and -c are the session's scope.
   struct Config {
-    std::vector<pid_t> pids;        // -p: only these processes
-    std::string comm;               // -c
     std::vector<std::string> libs;  // also these copies of the library
     bool keep_records = false;      // the timeline wants every record
     size_t max_records = 2u << 20;  // bound of what is kept (88 bytes each); past it counted as lost
@@ -86,20 +84,19 @@ class GpuTimeCollector {
   };
   using Sink = std::function<void(const GpuRecord&)>;
 
-  explicit GpuTimeCollector(Config cfg);
+  // Loads the programs and hands the library's sites to the session, which finds the copies,
+  // attaches them and hands over each process that maps one. The session outlives it.
+  GpuTimeCollector(UprobeSession& session, Config cfg);
   ~GpuTimeCollector();
   GpuTimeCollector(const GpuTimeCollector&) = delete;
   GpuTimeCollector& operator=(const GpuTimeCollector&) = delete;
 
   void on_record(Sink s) { sink_ = std::move(s); }
-  // Probes the copies found now and tells their processes; later ones are found by watch().
+  // Probes the copies beside gpuscope and of --cupti-lib (after the session's start, which
+  // probed those the processes in scope map and told them).
   void start();
-  // Records as they arrive; processes that load the library later, every 0.5 s.
+  // Records as they arrive; every process told is told again every 0.5 s.
   void watch(EventLoop& loop);
-  // Scans `only`, or every process in scope when null.
-  void rescan(const std::vector<pid_t>* only = nullptr);
-  // A process in scope exec'd or dlopened (UprobeSession::on_maps_changed): scanned on the next tick.
-  void notice(pid_t pid) { noticed_.push_back(pid); }
   void drain();
   // Tells every process that this gpuscope has gone, then removes the probes.
   void stop();
@@ -117,8 +114,8 @@ class GpuTimeCollector {
   const std::vector<GpuRecord>& records() const { return kept_; }
   // Command name of a process with kept records, read when its first record came.
   std::string kept_comm(uint32_t pid) const;
-  // Whether any copy of the library is probed, and whether any record came.
-  bool probing() const { return !links_.empty(); }
+  // Whether any copy of the library is probed.
+  bool probing() const { return session_.library_files(lib_) > 0; }
   Stats stats() const;
 
  private:
@@ -127,26 +124,21 @@ class GpuTimeCollector {
     int slot = -1;      // client slot held (version 2), -1: none yet
     uint32_t beat = 0;
   };
-  struct File {
-    std::string path;  // openable
-    uint64_t buffer_off = 0, name_off = 0, control_vaddr = 0, first_load_vaddr = 0;
-  };
   void handle(const void* data, size_t size);
   void on_records(const gs_gt_chunk& c);
   void add_kernel(const GpuRecord& g, uint32_t share_ppm);
-  bool probe_file(const std::string& path, dev_t dev, ino_t ino, pid_t pid);
+  void mapped(const LibraryMapping& m);
   void tell(pid_t pid, Told& t, bool attach);
   void forget_exited();
   void release(uint32_t pid);
 
   Config cfg_;
+  UprobeSession& session_;
+  size_t lib_ = 0;  // the session's handle of the library
   Sink sink_;
   std::unique_ptr<gputime_bpf, void (*)(gputime_bpf*)> skel_;
   std::unique_ptr<RingBuffer> rb_;
-  std::vector<Link> links_;
-  std::map<std::tuple<dev_t, ino_t, pid_t>, File> files_;  // pid -1: every process
   std::map<pid_t, Told> told_;
-  std::vector<pid_t> noticed_, noticed_due_;
   unsigned ticks_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, std::string> names_;
   std::map<std::pair<uint32_t, std::string>, KernelGpuTime> times_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -50,24 +51,29 @@ class TraceWriter {
 struct Slice {
   uint64_t start_ns, end_ns;
 };
+// Each thread's traced calls, by start.
+using ThreadSlices = std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>>;
 
-}  // namespace
-
-TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
-  TimelineStats st;
+uint64_t origin_of(const TimelineInput& in) {
   uint64_t origin = std::numeric_limits<uint64_t>::max();
   for (auto& c : in.calls) origin = std::min<uint64_t>(origin, c.start_ns);
   for (auto& g : in.gpu) origin = std::min<uint64_t>(origin, g.r.start_ns);
   for (auto& c : in.counters) origin = std::min<uint64_t>(origin, c.ts_boot_ns);
-  if (origin == std::numeric_limits<uint64_t>::max()) origin = 0;
+  return origin == std::numeric_limits<uint64_t>::max() ? 0 : origin;
+}
 
-  out.clear();
-  out += "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  TraceWriter w(out, origin);
+// A metadata event ("M"), its args open: a process's or a track's name, or a track's place.
+JsonLine meta(TraceWriter& w, const char* what, uint32_t pid, const uint64_t* tid = nullptr) {
+  JsonLine j = w.event();
+  j.str("ph", "M").str("name", what).num("pid", pid);
+  if (tid) j.num("tid", *tid);
+  j.begin_object("args");
+  return j;
+}
 
-  // Names of processes and tracks.
+// Names of processes and tracks; GPU tracks (one per device and stream) after the threads.
+void write_names(TraceWriter& w, const TimelineInput& in) {
   std::set<uint32_t> pids;
-  const auto& thread_names = in.threads;
   for (auto& c : in.calls) pids.insert(c.pid);
   std::set<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> gpu_tracks;  // pid, tid, device, stream
   for (auto& g : in.gpu) {
@@ -77,49 +83,21 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   for (uint32_t pid : pids) {
     auto it = in.comms.find(pid);
     std::string name = (it != in.comms.end() ? it->second : std::string("pid")) + " " + std::to_string(pid);
-    w.event()
-        .str("ph", "M")
-        .str("name", "process_name")
-        .num("pid", pid)
-        .begin_object("args")
-        .str("name", name)
-        .end_object()
-        .end();
+    meta(w, "process_name", pid).str("name", name).end_object().end();
   }
-  for (auto& [pt, name] : thread_names)
-    w.event()
-        .str("ph", "M")
-        .str("name", "thread_name")
-        .num("pid", pt.first)
-        .num("tid", pt.second)
-        .begin_object("args")
-        .str("name", name + " " + std::to_string(pt.second))
-        .end_object()
-        .end();
+  for (auto& [pt, name] : in.threads) {
+    uint64_t tid = pt.second;
+    meta(w, "thread_name", pt.first, &tid).str("name", name + " " + std::to_string(tid)).end_object().end();
+  }
   for (auto& [pid, tid, dev, stream] : gpu_tracks) {
-    w.event()
-        .str("ph", "M")
-        .str("name", "thread_name")
-        .num("pid", pid)
-        .num("tid", tid)
-        .begin_object("args")
-        .str("name", fmt::format("GPU {} stream {}", dev, stream))
-        .end_object()
-        .end();
-    // GPU tracks after the threads.
-    w.event()
-        .str("ph", "M")
-        .str("name", "thread_sort_index")
-        .num("pid", pid)
-        .num("tid", tid)
-        .begin_object("args")
-        .num("sort_index", 1000000 + tid - kGpuTidBase)
-        .end_object()
-        .end();
+    meta(w, "thread_name", pid, &tid).str("name", fmt::format("GPU {} stream {}", dev, stream)).end_object().end();
+    meta(w, "thread_sort_index", pid, &tid).num("sort_index", 1000000 + tid - kGpuTidBase).end_object().end();
   }
+}
 
-  // CPU side: each call a complete slice on its thread.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> by_thread;
+// CPU side: each call a complete slice on its thread.
+ThreadSlices write_calls(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
+  ThreadSlices by_thread;
   for (auto& c : in.calls) {
     uint64_t start = c.start_ns;
     w.event()
@@ -140,136 +118,134 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   }
   for (auto& [_, v] : by_thread)
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.start_ns < b.start_ns; });
+  return by_thread;
+}
 
+std::string span_name(const TimelineInput& in, const GpuRecord& g) {
+  const auto& r = g.r;
+  if (r.kind == GS_GT_MEMCPY) return std::string("memcpy ") + gpu_copy_kind_name(r.sub_kind);
+  if (r.kind != GS_GT_KERNEL) return gpu_kind_name(r.kind);
+  std::string name = in.kernel_name ? in.kernel_name(g.pid, r.name_id) : "";
+  return name.empty() ? "[kernel " + std::to_string(r.name_id) + "]" : name;
+}
+
+void write_gpu_span(TraceWriter& w, const TimelineInput& in, const GpuRecord& g) {
+  const auto& r = g.r;
+  uint64_t dur = r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
+  auto j = w.event();
+  j.str("ph", "X")
+      .str("cat", std::string("gpu_") + gpu_kind_name(r.kind))
+      .str("name", span_name(in, g))
+      .num("pid", g.pid)
+      .num("tid", gpu_tid(r))
+      .real("ts", w.us(r.start_ns), 3)
+      .real("dur", dur / 1e3, 3)
+      .begin_object("args")
+      .num("device", r.device)
+      .num("context", r.context)
+      .num("stream", r.stream)
+      .num("correlation", r.correlation);
+  if (r.kind == GS_GT_KERNEL) j.triple("grid", r.grid).triple("block", r.block);
+  if (r.kind == GS_GT_MEMCPY || r.kind == GS_GT_MEMSET) j.num("bytes", r.bytes);
+  j.end_object().end();
+}
+
+// Where the arrow from launch `a` starts: the middle of the traced call around it, if any.
+std::optional<uint64_t> traced_launch(const ThreadSlices& by_thread, uint32_t pid, const gs_gt_record& a) {
+  auto t = by_thread.find({pid, a.tid});
+  if (t == by_thread.end()) return std::nullopt;
+  auto& v = t->second;
+  auto it = std::upper_bound(v.begin(), v.end(), a.end_ns, [](uint64_t x, const Slice& s) { return x < s.start_ns; });
+  while (it != v.begin()) {
+    --it;
+    if (it->end_ns >= a.start_ns) return it->start_ns + (it->end_ns - it->start_ns) / 2;
+    if (a.start_ns - it->end_ns > 1000000000ull) break;
+  }
+  return std::nullopt;
+}
+
+// The arrow from launch `a` to what it launched, from inside the CPU slice that made it.
+void write_flow(TraceWriter& w, const ThreadSlices& by_thread, const GpuRecord& g, const gs_gt_record& a) {
+  std::optional<uint64_t> from_ts = traced_launch(by_thread, g.pid, a);
+  if (!from_ts) {
+    // No traced call around it: the library's own record of the launch carries the arrow.
+    from_ts = a.start_ns + (a.end_ns - a.start_ns) / 2;
+    w.event()
+        .str("ph", "X")
+        .str("cat", "cupti_api")
+        .str("name", a.sub_kind == 1 ? "launch (runtime)" : "launch (driver)")
+        .num("pid", g.pid)
+        .num("tid", a.tid)
+        .real("ts", w.us(a.start_ns), 3)
+        .real("dur", (a.end_ns - a.start_ns) / 1e3, 3)
+        .begin_object("args")
+        .num("cbid", a.name_id)
+        .num("correlation", a.correlation)
+        .end_object()
+        .end();
+  }
+  uint64_t id = ((uint64_t)g.pid << 32) | g.r.correlation;
+  w.event()
+      .str("ph", "s")
+      .str("cat", "launch")
+      .str("name", "launch")
+      .num("id", id)
+      .num("pid", g.pid)
+      .num("tid", a.tid)
+      .real("ts", w.us(*from_ts), 3)
+      .end();
+  w.event()
+      .str("ph", "f")
+      .str("bp", "e")
+      .str("cat", "launch")
+      .str("name", "launch")
+      .num("id", id)
+      .num("pid", g.pid)
+      .num("tid", gpu_tid(g.r))
+      .real("ts", w.us(g.r.start_ns), 3)
+      .end();
+}
+
+// GPU side: kernels, copies and memsets on their streams' tracks, each with its launch's arrow.
+void write_gpu(TraceWriter& w, const TimelineInput& in, const ThreadSlices& by_thread, TimelineStats& st) {
   // Launch calls as the library saw them, by (pid, correlation id).
   std::map<std::pair<uint32_t, uint32_t>, const GpuRecord*> launches;
   for (auto& g : in.gpu)
     if (g.r.kind == GS_GT_API) launches[{g.pid, g.r.correlation}] = &g;
-
   for (auto& g : in.gpu) {
-    const auto& r = g.r;
-    if (r.kind == GS_GT_API) continue;
-    uint64_t tid = gpu_tid(r);
-    uint64_t dur = r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
-    std::string name;
-    if (r.kind == GS_GT_KERNEL) {
-      name = in.kernel_name ? in.kernel_name(g.pid, r.name_id) : "";
-      if (name.empty()) name = "[kernel " + std::to_string(r.name_id) + "]";
-    } else if (r.kind == GS_GT_MEMCPY) {
-      name = std::string("memcpy ") + gpu_copy_kind_name(r.sub_kind);
-    } else {
-      name = gpu_kind_name(r.kind);
-    }
-    auto j = w.event();
-    j.str("ph", "X")
-        .str("cat", std::string("gpu_") + gpu_kind_name(r.kind))
-        .str("name", name)
-        .num("pid", g.pid)
-        .num("tid", tid)
-        .real("ts", w.us(r.start_ns), 3)
-        .real("dur", dur / 1e3, 3)
-        .begin_object("args")
-        .num("device", r.device)
-        .num("context", r.context)
-        .num("stream", r.stream)
-        .num("correlation", r.correlation);
-    if (r.kind == GS_GT_KERNEL) j.triple("grid", r.grid).triple("block", r.block);
-    if (r.kind == GS_GT_MEMCPY || r.kind == GS_GT_MEMSET) j.num("bytes", r.bytes);
-    j.end_object().end();
+    if (g.r.kind == GS_GT_API) continue;
+    write_gpu_span(w, in, g);
     st.gpu_spans++;
-
-    // The arrow from the launch to what it launched, from inside the CPU slice that made it.
-    auto l = launches.find({g.pid, r.correlation});
-    if (l == launches.end() || r.correlation == 0) continue;
-    const gs_gt_record& a = l->second->r;
-    uint64_t from_ts = a.start_ns + (a.end_ns - a.start_ns) / 2;
-    bool bound = false;
-    auto t = by_thread.find({g.pid, a.tid});
-    if (t != by_thread.end()) {
-      auto& v = t->second;
-      auto it =
-          std::upper_bound(v.begin(), v.end(), a.end_ns, [](uint64_t x, const Slice& s) { return x < s.start_ns; });
-      while (it != v.begin()) {
-        --it;
-        if (it->end_ns >= a.start_ns) {
-          from_ts = it->start_ns + (it->end_ns - it->start_ns) / 2;
-          bound = true;
-          break;
-        }
-        if (a.start_ns - it->end_ns > 1000000000ull) break;
-      }
-    }
-    if (!bound) {
-      // No traced call around it: the library's own record of the launch carries the arrow.
-      w.event()
-          .str("ph", "X")
-          .str("cat", "cupti_api")
-          .str("name", a.sub_kind == 1 ? "launch (runtime)" : "launch (driver)")
-          .num("pid", g.pid)
-          .num("tid", a.tid)
-          .real("ts", w.us(a.start_ns), 3)
-          .real("dur", (a.end_ns - a.start_ns) / 1e3, 3)
-          .begin_object("args")
-          .num("cbid", a.name_id)
-          .num("correlation", a.correlation)
-          .end_object()
-          .end();
-    }
-    uint64_t id = ((uint64_t)g.pid << 32) | r.correlation;
-    w.event()
-        .str("ph", "s")
-        .str("cat", "launch")
-        .str("name", "launch")
-        .num("id", id)
-        .num("pid", g.pid)
-        .num("tid", a.tid)
-        .real("ts", w.us(from_ts), 3)
-        .end();
-    w.event()
-        .str("ph", "f")
-        .str("bp", "e")
-        .str("cat", "launch")
-        .str("name", "launch")
-        .num("id", id)
-        .num("pid", g.pid)
-        .num("tid", tid)
-        .real("ts", w.us(r.start_ns), 3)
-        .end();
+    auto l = launches.find({g.pid, g.r.correlation});
+    if (l == launches.end() || g.r.correlation == 0) continue;
+    write_flow(w, by_thread, g, l->second->r);
     st.flows++;
   }
+}
 
-  if (!in.counters.empty())
-    w.event()
-        .str("ph", "M")
-        .str("name", "process_name")
-        .num("pid", kCountersPid)
-        .begin_object("args")
-        .str("name", "GPU devices (gpuscope bridge)")
-        .end_object()
-        .end();
-  for (auto& c : in.counters) {
-    w.event()
-        .str("ph", "C")
-        .str("name", fmt::format("GPU {} utilization %", c.device))
-        .num("pid", kCountersPid)
-        .real("ts", w.us(c.ts_boot_ns), 3)
-        .begin_object("args")
-        .num("sm_util_pct", c.sm_util_pct)
-        .end_object()
-        .end();
-    w.event()
-        .str("ph", "C")
-        .str("name", fmt::format("GPU {} memory used MiB", c.device))
-        .num("pid", kCountersPid)
-        .real("ts", w.us(c.ts_boot_ns), 3)
-        .begin_object("args")
-        .real("mem_used_mib", c.mem_used_bytes / 1048576.0, 1)
-        .end_object()
-        .end();
+void counter(TraceWriter& w, const CounterSample& c, const std::string& name, const char* key, double v, int decimals) {
+  w.event()
+      .str("ph", "C")
+      .str("name", name)
+      .num("pid", kCountersPid)
+      .real("ts", w.us(c.ts_boot_ns), 3)
+      .begin_object("args")
+      .real(key, v, decimals)
+      .end_object()
+      .end();
+}
+
+void write_counters(TraceWriter& w, const std::vector<CounterSample>& counters, TimelineStats& st) {
+  if (!counters.empty())
+    meta(w, "process_name", kCountersPid).str("name", "GPU devices (gpuscope bridge)").end_object().end();
+  for (auto& c : counters) {
+    counter(w, c, fmt::format("GPU {} utilization %", c.device), "sm_util_pct", c.sm_util_pct, 0);
+    counter(w, c, fmt::format("GPU {} memory used MiB", c.device), "mem_used_mib", c.mem_used_bytes / 1048576.0, 1);
     st.counters += 2;
   }
-  w.finish();
+}
 
+void write_metadata(std::string& out, const TimelineInput& in, const TimelineStats& st, uint64_t origin) {
   fmt::memory_buffer meta;
   JsonLine m(meta);
   m.str("tool", "gpuscope timeline").str("clock", "CLOCK_BOOTTIME").num("origin_boot_ns", origin);
@@ -282,6 +258,22 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   out += "],\n\"metadata\":";
   out.append(meta.data(), meta.size());
   out += "}\n";
+}
+
+}  // namespace
+
+TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
+  TimelineStats st;
+  const uint64_t origin = origin_of(in);
+  out.clear();
+  out += "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  TraceWriter w(out, origin);
+  write_names(w, in);
+  ThreadSlices by_thread = write_calls(w, in, st);
+  write_gpu(w, in, by_thread, st);
+  write_counters(w, in.counters, st);
+  w.finish();
+  write_metadata(out, in, st, origin);
   return st;
 }
 

@@ -7,7 +7,7 @@
 
 #include "harness.h"
 #include "uvm.skel.h"
-#include "uvm/uvm_cmd.h"
+#include "uvm/uvm_collector.h"
 
 using namespace gstest;
 

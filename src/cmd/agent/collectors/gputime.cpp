@@ -62,22 +62,18 @@ class GpuTimeAgent final : public AgentCollector {
         "GPU time recorded ON seconds in every PERIOD (ON/PERIOD), or a share of 10 s; 1: always (default 1/10)");
   }
 
+  bool uses_session() const override { return true; }
+
   void load(AgentHost& host) override {
     host_ = &host;
     GpuTimeCollector::Config c;
-    c.pids = host.options.scope.pids;
-    c.comm = host.options.scope.comm;
     c.max_kernel_rows = kMaxKernelRows;
     c.ring_bytes = kRingBytes;
     c.release_exited = true;
     c.mode = on_ms_ < period_ms_ ? GS_GT_MODE_DUTY : GS_GT_MODE_KERNELS;
     c.duty_on_ms = on_ms_;
     c.duty_period_ms = period_ms_;
-    collector_ = std::make_unique<GpuTimeCollector>(std::move(c));
-    // The library comes by dlopen at cuInit: the session's notice has it scanned at once.
-    host.session->on_maps_changed([this](pid_t pid) {
-      if (collector_) collector_->notice(pid);
-    });
+    collector_ = std::make_unique<GpuTimeCollector>(*host.session, std::move(c));
   }
 
   void start(AgentHost&, EventLoop& loop) override {

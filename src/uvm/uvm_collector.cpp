@@ -1,23 +1,17 @@
+#include "uvm/uvm_collector.h"
+
 #include <bpf/bpf.h>
-#include <dirent.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <map>
-#include <memory>
 #include <sstream>
 
 #include "core/bpf.h"
 #include "core/map_walk.h"
-#include "core/output.h"
+#include "core/proc_maps.h"
 #include "core/system.h"
 #include "uvm.skel.h"
-#include "uvm/uvm.h"
-#include "uvm/uvm_cmd.h"
 
 namespace gpuscope {
 
@@ -40,12 +34,9 @@ std::string resolve_kallsyms(const std::string& text, const std::string& func) {
   return "";
 }
 
-namespace {
+void UvmCollector::SkelDeleter::operator()(uvm_bpf* s) const { uvm_bpf__destroy(s); }
 
-struct SkelDeleter {
-  void operator()(uvm_bpf* s) const { uvm_bpf__destroy(s); }
-};
-using Skel = std::unique_ptr<uvm_bpf, SkelDeleter>;
+namespace {
 
 bpf_program* const* kprobe_progs(uvm_bpf* s) {
   static bpf_program* p[3];
@@ -59,34 +50,33 @@ bpf_program* const* fentry_progs(uvm_bpf* s) {
   return p;
 }
 
-void only(uvm_bpf* s, std::initializer_list<bpf_program*> keep) {
+void only(uvm_bpf* s, const std::vector<bpf_program*>& keep) {
   bpf_program* p;
   bpf_object__for_each_program(p, s->obj)
       bpf_program__set_autoload(p, std::find(keep.begin(), keep.end(), p) != keep.end());
 }
 
-class Uvm {
- public:
-  explicit Uvm(const UvmOptions& o) : o_(o) {}
-  int run();
+}  // namespace
 
- private:
-  std::string try_kprobes();
-  std::string try_fentry();
-  void print();
-  std::string owner_of(uint64_t addr);
+UvmCollector::UvmCollector() {
+  std::string ksyms = read_file_opt("/proc/kallsyms").value_or("");
+  for (int i = 0; i < 3; i++) names_[i] = resolve_kallsyms(ksyms, kUvmFunctions[i]);
+  std::string kwhy = try_kprobes();
+  std::string fwhy = kwhy.empty() ? "" : try_fentry();
+  if (!kwhy.empty() && !fwhy.empty())
+    throw UsageError(
+        "uvm unavailable: kprobes: " + kwhy + "; fentry: " + fwhy +
+        (names_[0].empty() && names_[1].empty() && names_[2].empty() && kwhy.find("nvidia_uvm") == std::string::npos
+             ? "; nvidia_uvm is not loaded either"
+             : ""));
+}
 
-  const UvmOptions& o_;
-  Skel skel_;
-  std::vector<Link> links_;
-  std::string names_[3];
-  std::string how_;
-  Writer out_;
-  uint64_t prev_[GS_UVM_COUNTERS] = {};
-};
+UvmCollector::~UvmCollector() { detach(); }
+
+void UvmCollector::detach() { destroy_links(links_); }
 
 // Empty on success, else why not.
-std::string Uvm::try_kprobes() {
+std::string UvmCollector::try_kprobes() {
   if (access("/sys/bus/event_source/devices/kprobe/type", F_OK) != 0)
     return "no kprobe PMU at /sys/bus/event_source/devices/kprobe (kernel built without CONFIG_KPROBES)";
   if (names_[0].empty() && names_[1].empty() && names_[2].empty())
@@ -111,9 +101,9 @@ std::string Uvm::try_kprobes() {
   return "";
 }
 
-std::string Uvm::try_fentry() {
+std::string UvmCollector::try_fentry() {
   {
-    Skel probe(uvm_bpf__open());
+    std::unique_ptr<uvm_bpf, SkelDeleter> probe(uvm_bpf__open());
     if (!probe) return std::string("cannot open BPF object: ") + strerror(errno);
     only(probe.get(), {probe->progs.gs_uvm_fentry_probe});
     if (int err = uvm_bpf__load(probe.get()))
@@ -129,9 +119,7 @@ std::string Uvm::try_fentry() {
     bpf_program__set_attach_target(progs[i], 0, names_[i].c_str());
     keep.push_back(progs[i]);
   }
-  bpf_program* p;
-  bpf_object__for_each_program(p, skel_->obj)
-      bpf_program__set_autoload(p, std::find(keep.begin(), keep.end(), p) != keep.end());
+  only(skel_.get(), keep);
   if (int err = uvm_bpf__load(skel_.get())) {
     skel_.reset();
     return std::string("fentry load on nvidia_uvm failed: ") + strerror(-err);
@@ -152,92 +140,26 @@ std::string Uvm::try_fentry() {
 
 // Managed memory is mapped from /dev/nvidia-uvm: the process with such a mapping over the
 // address owns it.
-std::string Uvm::owner_of(uint64_t addr) {
+std::string UvmCollector::owner_of(uint64_t addr) {
   for (pid_t pid : list_pids()) {
     auto maps = read_file_opt("/proc/" + std::to_string(pid) + "/maps");
     if (!maps || maps->find("nvidia-uvm") == std::string::npos) continue;
-    std::istringstream in(*maps);
-    std::string line;
-    while (std::getline(in, line)) {
-      unsigned long lo = 0, hi = 0;
-      if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && addr >= lo && addr < hi)
-        return std::to_string(pid) + " (" + proc_comm(pid) + ")";
-    }
+    for (auto& m : parse_maps(*maps))
+      if (addr >= m.start && addr < m.end) return std::to_string(pid) + " (" + proc_comm(pid) + ")";
   }
   return "";
 }
 
-void Uvm::print() {
-  uint64_t now[GS_UVM_COUNTERS], d[GS_UVM_COUNTERS];
-  for (uint32_t i = 0; i < GS_UVM_COUNTERS; i++) {
-    now[i] = percpu_sum(bpf_map__fd(skel_->maps.counters), i);
-    d[i] = now[i] - prev_[i];
-    prev_[i] = now[i];
-  }
-  std::vector<std::pair<uint64_t, gs_uvm_thrash_val>> top;
+UvmSnapshot UvmCollector::snapshot() {
+  UvmSnapshot s;
+  for (uint32_t i = 0; i < GS_UVM_COUNTERS; i++) s.counters[i] = percpu_sum(bpf_map__fd(skel_->maps.counters), i);
   int fd = bpf_map__fd(skel_->maps.thrashing);
   for_each_entry<uint64_t, gs_uvm_thrash_val>(fd, [&](uint64_t k, const gs_uvm_thrash_val& v) {
-    top.push_back({k, v});
+    s.thrashing.push_back({k, v.count, v.last_pid});
   });
-  for (auto& [k, v] : top) bpf_map_delete_elem(fd, &k);
-  std::sort(top.begin(), top.end(), [](auto& a, auto& b) { return a.second.count > b.second.count; });
-  if (top.size() > o_.top) top.resize(o_.top);
-  auto it = std::back_inserter(out_.buf());
-  if (o_.json) {
-    JsonLine(out_.buf())
-        .str("type", "uvm")
-        .num("replayable_fault_batches", d[GS_UVM_REPLAYABLE])
-        .num("non_replayable_fault_batches", d[GS_UVM_NON_REPLAYABLE])
-        .num("thrashing_events", d[GS_UVM_THRASHING])
-        .end();
-    for (auto& [addr, v] : top)
-      JsonLine(out_.buf())
-          .str("type", "thrashing")
-          .hex("address", addr)
-          .num("count", v.count)
-          .num("last_pid", v.last_pid)
-          .str("owner", owner_of(addr))
-          .end();
-  } else {
-    fmt::format_to(it, "replayable fault servicing {}  non-replayable {}  thrashing {}\n", d[GS_UVM_REPLAYABLE],
-                   d[GS_UVM_NON_REPLAYABLE], d[GS_UVM_THRASHING]);
-    for (auto& [addr, v] : top) fmt::format_to(it, "  0x{:x}  {:>8}  owner {}\n", addr, v.count, owner_of(addr));
-  }
-  out_.flush();
-}
-
-int Uvm::run() {
-  require_bpf_privileges();
-  set_libbpf_verbose(o_.verbose);
-  std::string ksyms = read_file_opt("/proc/kallsyms").value_or("");
-  for (int i = 0; i < 3; i++) names_[i] = resolve_kallsyms(ksyms, kUvmFunctions[i]);
-  std::string kwhy = try_kprobes();
-  std::string fwhy = kwhy.empty() ? "" : try_fentry();
-  if (!kwhy.empty() && !fwhy.empty())
-    throw UsageError(
-        "uvm unavailable: kprobes: " + kwhy + "; fentry: " + fwhy +
-        (names_[0].empty() && names_[1].empty() && names_[2].empty() && kwhy.find("nvidia_uvm") == std::string::npos
-             ? "; nvidia_uvm is not loaded either"
-             : ""));
-  fprintf(stderr, "gpuscope: watching nvidia-uvm fault servicing through %s. Ctrl-C to end.\n", how_.c_str());
-  StopControl stop(o_.duration_s);
-  using clock = std::chrono::steady_clock;
-  auto period = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o_.interval_s));
-  auto next = clock::now() + period;
-  while (!stop.should_stop()) {
-    usleep(50000);
-    if (clock::now() >= next) print(), next += period;
-  }
-  destroy_links(links_);
-  print();
-  return 0;
-}
-
-}  // namespace
-
-int run_uvm(const UvmOptions& opts) {
-  Uvm u(opts);
-  return u.run();
+  for (auto& t : s.thrashing) bpf_map_delete_elem(fd, &t.address);
+  std::sort(s.thrashing.begin(), s.thrashing.end(), [](auto& a, auto& b) { return a.count > b.count; });
+  return s;
 }
 
 }  // namespace gpuscope
