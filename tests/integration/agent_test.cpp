@@ -40,39 +40,6 @@ namespace {
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-struct Reply {
-  int status = 0;
-  std::string body;
-};
-
-Reply http_request(int port, const std::string& method, const std::string& path, const std::string& body = "") {
-  Reply r;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return r;
-  }
-  std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n";
-  if (!body.empty()) req += "Content-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n" + body;
-  (void)!write(fd, req.data(), req.size());
-  std::string all;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
-  close(fd);
-  size_t sp = all.find(' '), hdr = all.find("\r\n\r\n");
-  if (sp == std::string::npos || hdr == std::string::npos) return r;
-  r.status = std::stoi(all.substr(sp + 1, 3));
-  r.body = all.substr(hdr + 4);
-  return r;
-}
-
-Reply http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
-
 std::string fmt_hex(unsigned char c) {
   char b[4];
   snprintf(b, sizeof b, "%%%02X", c);
@@ -225,128 +192,20 @@ class Trickler {
   std::jthread thread_;  // last: it starts once the rest exists
 };
 
-// One sample of a scrape: its labels and value.
-struct Sample {
-  std::map<std::string, std::string> labels;
-  double value;
+// The agent tests' workload: a link to standin_app, or to `target`.
+struct AgWorkload : Workload {
+  explicit AgWorkload(const std::string& target = standin_app(), const std::string& prefix = "agwl")
+      : Workload("agent", prefix, target) {}
 };
 
-// The samples of `name` in Prometheus text (label values here hold no escaped quotes).
-std::vector<Sample> samples(const std::string& text, const std::string& name) {
-  std::vector<Sample> out;
-  static const std::regex lab(R"re((\w+)="([^"]*)")re");
-  std::istringstream ss(text);
-  for (std::string line; std::getline(ss, line);) {
-    if (line.rfind(name, 0) != 0) continue;
-    size_t rest = name.size();
-    if (rest < line.size() && line[rest] != '{' && line[rest] != ' ') continue;
-    Sample s;
-    size_t close = line.rfind(' ');
-    s.value = std::stod(line.substr(close + 1));
-    if (line[rest] == '{') {
-      std::string ls = line.substr(rest + 1, line.rfind('}') - rest - 1);
-      for (auto it = std::sregex_iterator(ls.begin(), ls.end(), lab); it != std::sregex_iterator(); ++it)
-        s.labels[(*it)[1]] = (*it)[2];
-    }
-    out.push_back(s);
+// The governor off: these tests count on the refresh rate asked for (it has its own test in deploy_test).
+struct UngovernedAgent : Agent {
+  explicit UngovernedAgent(const Workload& w, std::vector<std::string> extra = {}) : Agent(w, governor_off(extra)) {}
+  static std::vector<std::string> governor_off(std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--max-cpu-percent", "0"});
+    return extra;
   }
-  return out;
-}
-
-// Samples whose labels include every one of `want`.
-std::vector<Sample> where(const std::vector<Sample>& v, const std::map<std::string, std::string>& want) {
-  std::vector<Sample> out;
-  for (auto& s : v) {
-    bool ok = true;
-    for (auto& [k, x] : want) ok = ok && s.labels.count(k) && s.labels.at(k) == x;
-    if (ok) out.push_back(s);
-  }
-  return out;
-}
-
-// A workload name only this test process uses: a link to standin_app, or to `target` (comm is
-// the link's name).
-class Workload {
- public:
-  explicit Workload(const std::string& target = standin_app(), const std::string& prefix = "agwl") {
-    dir_ = "/tmp/gs-agent-" + std::to_string(getpid());
-    mkdir(dir_.c_str(), 0755);
-    comm_ = prefix + std::to_string(getpid() % 1000000);
-    path_ = dir_ + "/" + comm_;
-    unlink(path_.c_str());
-    if (symlink(target.c_str(), path_.c_str()) != 0) throw std::runtime_error("symlink");
-  }
-  ~Workload() { (void)system(("rm -rf " + dir_).c_str()); }
-  const std::string& comm() const { return comm_; }
-  const std::string& path() const { return path_; }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_, comm_, path_;
 };
-
-// gpuscope agent on a free loopback port, scoped to the workload's name.
-class Agent {
- public:
-  Agent(const Workload& w, std::vector<std::string> extra = {}) {
-    std::string lib = standin_lib_dir();
-    std::vector<std::string> argv = {gpuscope_bin(),
-                                     "agent",
-                                     "--json",
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "-c",
-                                     w.comm(),
-                                     "--lib",
-                                     lib + "/libcuda.so.1",
-                                     "--lib",
-                                     lib + "/libcudart.so.13",
-                                     "--interval",
-                                     "0.2",
-                                     "--bridge-pin-dir",
-                                     w.dir() + "/no-bridge",
-                                     "--max-cpu-percent",
-                                     "0"};
-    // The governor off: these tests count on the refresh rate asked for (it has its own test in deploy_test).
-    if (auto d = std::find(extra.begin(), extra.end(), "--bridge-pin-dir"); d != extra.end() && d + 1 != extra.end()) {
-      argv[argv.size() - 3] = *(d + 1);  // a bridge of the test's own instead of none
-      extra.erase(d, d + 2);
-    }
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    p_ = std::make_unique<Process>(argv);
-    if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
-    auto lines = parse_lines(p_->out());
-    port_ = lines.at(0).at("port").get<int>();
-  }
-  int port() const { return port_; }
-  Process& proc() { return *p_; }
-  std::string metrics() { return http_get(port_, "/metrics").body; }
-  json api(const std::string& path) { return json::parse(http_get(port_, path).body); }
-  int stop() {
-    p_->signal(SIGINT);
-    return p_->wait(30);
-  }
-
- private:
-  std::unique_ptr<Process> p_;
-  int port_ = 0;
-};
-
-// Scrapes until pred holds for a scrape (returned), or times out (empty).
-std::string scrape_until(Agent& a, const std::function<bool(const std::string&)>& pred, double timeout_s = 20) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    std::string m = a.metrics();
-    if (pred(m)) return m;
-    sleep_s(0.05);
-  }
-  return "";
-}
-
-double value_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want) {
-  auto v = where(samples(text, name), want);
-  return v.size() == 1 ? v[0].value : -1;
-}
 
 std::string bpffs() { return run({"ls", "-R", "/sys/fs/bpf"}).out; }
 
@@ -419,10 +278,10 @@ TEST(Agent, BadInput) {
 // reopened a second after the server closes one; a scraper from another address must get
 // /metrics within 1 s every time, for 15 s.
 TEST(Agent, SlowClientsDoNotStopServing) {
-  Workload w;
-  Agent a(w, {"--collectors", "latency"});
+  AgWorkload w;
+  UngovernedAgent a(w, {"--collectors", "latency"});
   auto up = [](const std::string& m) { return value_of(m, "gpuscope_collector_up", {{"collector", "latency"}}) == 1; };
-  ASSERT_NE(scrape_until(a, up), "") << a.metrics();
+  ASSERT_NE(a.until(up), "") << a.metrics();
   Trickler t(a.port(), 1000, 100);
   sleep_s(2);  // every slot has connected once
   size_t attempts = 0;
@@ -460,8 +319,8 @@ TEST(Agent, SlowClientsDoNotStopServing) {
 // arrive within 3 s however it trickles; on a kept-alive connection the next request's 3 s
 // start when the previous answer is done.
 TEST(Agent, SlowRequestsAreClosedAndAddressesLimited) {
-  Workload w;
-  Agent a(w, {"--collectors", "latency"});
+  AgWorkload w;
+  UngovernedAgent a(w, {"--collectors", "latency"});
   const std::string head = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
   std::vector<int> fds;
   auto t0 = Clock::now();
@@ -525,7 +384,7 @@ TEST(Agent, SlowRequestsAreClosedAndAddressesLimited) {
 // Without --listen the agent listens on 127.0.0.1:9400 and nowhere else (the socket table of
 // its own sockets).
 TEST(Agent, ListensOnLoopbackOnly) {
-  Workload w;
+  AgWorkload w;
   Process g({gpuscope_bin(), "agent", "-c", w.comm(), "--collectors", "latency", "--json"});
   ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
   std::set<std::string> inodes;
@@ -559,16 +418,14 @@ TEST(Agent, ListensOnLoopbackOnly) {
 // outstanding bytes of a running process, leaked bytes of one that exited, and an exited
 // process's series gone after one scrape while its comm totals stay.
 TEST(Agent, MetricsAndApi) {
-  Workload w;
-  Agent a(w);
+  AgWorkload w;
+  UngovernedAgent a(w);
   // Allocates 1000 + 2000 + 3000 (cudaMalloc) and 777 (cuMemAlloc), then waits for SIGUSR1.
-  Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  pid_t lp = ready_pid(live);
+  Holder live(w);
   sleep_s(0.5);
-  live.signal(SIGUSR1);
-  ASSERT_TRUE(live.wait_for("allocated")) << live.err();
-  std::string lps = std::to_string(lp);
-  std::string m = scrape_until(a, [&](const std::string& t) {
+  ASSERT_TRUE(live.allocate()) << live.err();
+  std::string lps = std::to_string(live.pid());
+  std::string m = a.until([&](const std::string& t) {
     return value_of(t, "gpuscope_memory_outstanding_bytes", {{"pid", lps}, {"category", "device"}}) == 6777;
   });
   ASSERT_NE(m, "") << a.metrics();
@@ -582,7 +439,7 @@ TEST(Agent, MetricsAndApi) {
   auto procs = a.api("/api/processes");
   bool found = false;
   for (auto& p : procs["processes"])
-    if (p["pid"] == lp) {
+    if (p["pid"] == live.pid()) {
       found = true;
       EXPECT_EQ(p["outstanding_bytes"], 6777);
       EXPECT_EQ(p["allocs_ok"], 4);
@@ -595,7 +452,7 @@ TEST(Agent, MetricsAndApi) {
   pid_t dp = ready_pid(drv);
   ASSERT_EQ(drv.wait(20), 0) << drv.err();
   std::string dps = std::to_string(dp);
-  m = scrape_until(a, [&](const std::string& t) {
+  m = a.until([&](const std::string& t) {
     return !where(samples(t, "gpuscope_kernel_launches_total"), {{"pid", dps}}).empty();
   });
   ASSERT_NE(m, "") << a.metrics();
@@ -619,7 +476,7 @@ TEST(Agent, MetricsAndApi) {
   EXPECT_EQ(std::max(0.0, value_of(m, "gpuscope_api_duration_seconds_count", {{"api", "cuLaunchKernel"}})), timed);
   EXPECT_EQ(value_of(m, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernel"}, {"outcome", "nested"}}), 0);
   // The exited process's series go once a scrape has seen them; the comm's totals stay.
-  std::string later = scrape_until(a, [&](const std::string& t) {
+  std::string later = a.until([&](const std::string& t) {
     return where(samples(t, "gpuscope_kernel_launches_total"), {{"pid", dps}}).empty();
   });
   ASSERT_NE(later, "");
@@ -630,7 +487,7 @@ TEST(Agent, MetricsAndApi) {
   Process leaks({w.path(), "leaks"});
   pid_t kp = ready_pid(leaks);
   ASSERT_EQ(leaks.wait(20), 0) << leaks.err();
-  m = scrape_until(a, [&](const std::string& t) {
+  m = a.until([&](const std::string& t) {
     return value_of(t, "gpuscope_memory_leaked_bytes_total", {{"comm", w.comm()}}) > 0;
   });
   ASSERT_NE(m, "") << a.metrics();
@@ -687,15 +544,15 @@ TEST(Agent, MetricsAndApi) {
 // promtool, Prometheus's own checker, finds nothing to say about a scrape with every family.
 TEST(Agent, PromtoolCheckMetrics) {
   ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool not installed (scripts/deps.sh installs it)";
-  Workload w;
-  Agent a(w);
+  AgWorkload w;
+  UngovernedAgent a(w);
   Process drv({w.path(), "driver", "2"});
   ready_pid(drv);
   ASSERT_EQ(drv.wait(20), 0);
   Process leaks({w.path(), "leaks"});
   ready_pid(leaks);
   ASSERT_EQ(leaks.wait(20), 0);
-  std::string m = scrape_until(a, [&](const std::string& t) {
+  std::string m = a.until([&](const std::string& t) {
     return value_of(t, "gpuscope_memory_leaked_bytes_total", {{"comm", w.comm()}}) > 0 &&
            !samples(t, "gpuscope_kernel_launches_total").empty();
   });
@@ -715,8 +572,8 @@ TEST(Agent, PromtoolCheckMetrics) {
 // finds nothing to say; the process's series go once a scrape has seen its final values.
 TEST(Agent, GpuTimeSeries) {
   ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool not installed (scripts/deps.sh installs it)";
-  Workload w(GT_FEEDER, "aggt");
-  Agent a(w, {"--max-kernels-per-process", "2"});
+  AgWorkload w(GT_FEEDER, "aggt");
+  UngovernedAgent a(w, {"--max-kernels-per-process", "2"});
   Process f({w.path(), CUPTI_LIB, "agent"});
   pid_t fp = ready_pid(f);
   ASSERT_TRUE(f.wait_for("fed 10", 30)) << f.out() << f.err() << a.proc().err();
@@ -725,7 +582,7 @@ TEST(Agent, GpuTimeSeries) {
   auto count = [&](const std::string& t, const std::string& kernel) {
     return value_of(t, kd + "_count", {{"pid", ps}, {"kernel", kernel}});
   };
-  std::string m = scrape_until(a, [&](const std::string& t) {
+  std::string m = a.until([&](const std::string& t) {
     return count(t, "alpha_kernel(float*)") == 5 && count(t, "beta_kernel()") == 2 && count(t, "other") == 3;
   });
   ASSERT_NE(m, "") << a.metrics();
@@ -799,7 +656,7 @@ TEST(Agent, GpuTimeSeries) {
   // Ended: its series go once a scrape has seen their final values.
   f.signal(SIGUSR1);
   ASSERT_EQ(f.wait(20), 0) << f.err();
-  std::string later = scrape_until(a, [&](const std::string& t) {
+  std::string later = a.until([&](const std::string& t) {
     return where(samples(t, kd + "_count"), {{"pid", ps}}).empty() &&
            where(samples(t, "gpuscope_gpu_busy_seconds_total"), {{"pid", ps}}).empty();
   });
@@ -829,9 +686,9 @@ TEST(Agent, GpuTimeDutyCycle) {
     if (std::getline(c, comm) && comm == "gpuscope" && tells && !scoped)
       GTEST_SKIP() << "another gpuscope runs: " << e.path();
   }
-  Workload w(CUPTI_APP, "agdc");
+  AgWorkload w(CUPTI_APP, "agdc");
   std::string log = w.dir() + "/standin.log";
-  Agent a(w, {"--collectors", "gputime", "--gputime-duty", "0.3/1"});
+  UngovernedAgent a(w, {"--collectors", "gputime", "--gputime-duty", "0.3/1"});
   Process f({w.path(), CUPTI_LIB, CUPTI_STANDIN, "wait:window", "duty_kernel:3000:1000:100000", "usr1"},
             {"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log});
   std::string ps = std::to_string(ready_pid(f));
@@ -898,7 +755,7 @@ TEST(Agent, GpuTimeDutyCycle) {
   EXPECT_LE(finalizes, disables);
 
   const std::string kd = "gpuscope_kernel_duration_seconds";
-  std::string m = scrape_until(a, [&](const std::string& t) {
+  std::string m = a.until([&](const std::string& t) {
     return value_of(t, kd + "_count", {{"pid", ps}, {"kernel", "duty_kernel"}}) == static_cast<double>(recorded);
   });
   ASSERT_NE(m, "") << a.metrics();
@@ -917,8 +774,8 @@ TEST(Agent, GpuTimeDutyCycle) {
 // "other" (kern_b's 3); every one's series go after a scrape, the comm total is exact, and
 // neither the agent's series nor the BPF maps keep anything of them.
 TEST(Agent, BoundedCardinality) {
-  Workload w;
-  Agent a(w, {"--max-kernels-per-process", "1"});
+  AgWorkload w;
+  UngovernedAgent a(w, {"--max-kernels-per-process", "1"});
   size_t most = 0;
   std::set<std::string> pids_seen;
   auto check = [&](const std::string& t) {
@@ -942,8 +799,7 @@ TEST(Agent, BoundedCardinality) {
     for (auto& p : batch) ASSERT_EQ(p->wait(30), 0) << p->err();
     check(a.metrics());
   }
-  std::string end = scrape_until(
-      a,
+  std::string end = a.until(
       [&](const std::string& t) {
         check(t);
         return value_of(t, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}}) == kProcs * 8 &&
@@ -969,8 +825,8 @@ TEST(Agent, BoundedCardinality) {
 // exact launch counts, outstanding and leaked bytes, and an exited process's series go stale.
 TEST(Agent, RealPrometheus) {
   ASSERT_EQ(access("/usr/bin/prometheus", X_OK), 0) << "prometheus not installed (scripts/deps.sh installs it)";
-  Workload w;
-  Agent a(w);
+  AgWorkload w;
+  UngovernedAgent a(w);
   int pport = free_port();
   std::string cfg = w.dir() + "/prometheus.yml", data = w.dir() + "/data";
   std::ofstream(cfg) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
@@ -1003,13 +859,12 @@ TEST(Agent, RealPrometheus) {
   };
   ASSERT_EQ(wait_value("up{job=\"gpuscope\"}", 1), 1) << prom.err();
 
-  Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  pid_t lp = ready_pid(live);
+  Holder live(w);
   sleep_s(0.5);
-  live.signal(SIGUSR1);
-  ASSERT_TRUE(live.wait_for("allocated"));
+  ASSERT_TRUE(live.allocate());
   EXPECT_EQ(
-      wait_value("gpuscope_memory_outstanding_bytes{pid=\"" + std::to_string(lp) + "\",category=\"device\"}", 6777),
+      wait_value("gpuscope_memory_outstanding_bytes{pid=\"" + std::to_string(live.pid()) + "\",category=\"device\"}",
+                 6777),
       6777);
 
   Process drv({w.path(), "driver", "2"});
@@ -1045,7 +900,7 @@ TEST(Agent, RealPrometheus) {
 // labels them; a bridge that stops, where the agent cannot run one itself, turns the collector
 // off without stopping the agent.
 TEST(Agent, BridgeDeviceSeries) {
-  Workload w;
+  AgWorkload w;
   PinDir d;
   StandinFile f;
   f.write(
@@ -1157,12 +1012,26 @@ bool bridge_fresh_within(int port, double timeout_s, std::string* m) {
   return false;
 }
 
+// The agent of bridge_agent_argv, started.
+struct BridgeAgent : Process {
+  int port = 0;
+  std::string m;  // its last scrape
+  BridgeAgent(const Workload& w, const PinDir& d, const StandinFile& f) : Process(bridge_agent_argv(w, d), {f.env()}) {}
+  // Whether it came up (its port is known then).
+  bool up() {
+    if (!wait_for("\"type\":\"agent\"", 30)) return false;
+    port = parse_lines(out()).at(0).at("port").get<int>();
+    return true;
+  }
+  bool fresh_within(double timeout_s) { return bridge_fresh_within(port, timeout_s, &m); }
+};
+
 }  // namespace
 
 // systemd restarts the agent 5 s after it stops: the next agent finds the pins of a bridge whose
 // writer has gone, still within the readers' 10 s of staleness, and runs the bridge itself at once.
 TEST(Agent, BridgeOfAnAgentThatExitedIsTakenOverAtOnce) {
-  Workload w;
+  AgWorkload w;
   PinDir d;
   StandinFile f;
   f.write("device 0 util 37 mem_total 85899345920 mem_used 4294967296\n");
@@ -1170,11 +1039,9 @@ TEST(Agent, BridgeOfAnAgentThatExitedIsTakenOverAtOnce) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   ASSERT_NE(first.err.find("no bridge was publishing"), std::string::npos) << first.err;
   sleep_s(1);
-  Process g(bridge_agent_argv(w, d), {f.env()});
-  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
-  int port = parse_lines(g.out()).at(0).at("port").get<int>();
-  std::string m;
-  EXPECT_TRUE(bridge_fresh_within(port, 3, &m)) << m << g.err();
+  BridgeAgent g(w, d, f);
+  ASSERT_TRUE(g.up()) << g.err();
+  EXPECT_TRUE(g.fresh_within(3)) << g.m << g.err();
   EXPECT_NE(g.err().find("is not publishing; the agent runs one"), std::string::npos) << g.err();
   g.signal(SIGINT);
   EXPECT_EQ(g.wait(30), 0) << g.err();
@@ -1182,7 +1049,7 @@ TEST(Agent, BridgeOfAnAgentThatExitedIsTakenOverAtOnce) {
 
 // The bridge the agent reads stops: the agent takes its pins over and keeps its series going.
 TEST(Agent, BridgeThatStopsWhileReadIsTakenOver) {
-  Workload w;
+  AgWorkload w;
   PinDir d;
   StandinFile f;
   f.write("device 0 util 37 mem_total 85899345920 mem_used 4294967296\n");
@@ -1190,18 +1057,16 @@ TEST(Agent, BridgeThatStopsWhileReadIsTakenOver) {
       std::vector<std::string>{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path},
       std::vector<std::string>{f.env()});
   ASSERT_TRUE(bridge->wait_for("bridge publishing", 10, true)) << bridge->err();
-  Process g(bridge_agent_argv(w, d), {f.env()});
-  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
-  int port = parse_lines(g.out()).at(0).at("port").get<int>();
-  std::string m;
-  ASSERT_TRUE(bridge_fresh_within(port, 5, &m)) << m << g.err();
+  BridgeAgent g(w, d, f);
+  ASSERT_TRUE(g.up()) << g.err();
+  ASSERT_TRUE(g.fresh_within(5)) << g.m << g.err();
   EXPECT_EQ(g.err().find("the agent runs one"), std::string::npos) << g.err();
   bridge->signal(SIGTERM);
   EXPECT_EQ(bridge->wait(30), 0);
   int bridge_pid = bridge->pid();
   bridge.reset();
   sleep_s(1.2);  // past a bridge's freshness: served now, the data is the agent's
-  EXPECT_TRUE(bridge_fresh_within(port, 3, &m)) << m << g.err();
+  EXPECT_TRUE(g.fresh_within(3)) << g.m << g.err();
   std::string took = "bridge pid " + std::to_string(bridge_pid) + " under " + d.path + " is not publishing";
   EXPECT_NE(g.err().find(took + "; the agent runs one"), std::string::npos) << g.err();
   g.signal(SIGINT);
@@ -1211,7 +1076,7 @@ TEST(Agent, BridgeThatStopsWhileReadIsTakenOver) {
 // A process in a Kubernetes pod's cgroup (made here, in the pids hierarchy) gets its pod,
 // namespace and container names from the kubelet's log directory names (a test directory).
 TEST(Agent, KubernetesLabels) {
-  Workload w;
+  AgWorkload w;
   char tail[13];
   snprintf(tail, sizeof tail, "%012d", static_cast<int>(getpid()));
   std::string uid = std::string("0a1b2c3d-1111-2222-3333-") + tail;
@@ -1229,19 +1094,17 @@ TEST(Agent, KubernetesLabels) {
     mkdir(d.c_str(), 0755);
   std::ofstream(w.dir() + "/log/containers/trainer-0_ml_worker-" + id + ".log") << "";
   {
-    Agent a(w, {"--pods-dir", pods});
-    Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-    pid_t lp = ready_pid(live);
-    std::ofstream(cgs.back() + "/cgroup.procs") << lp << "\n";
-    live.signal(SIGUSR1);
-    ASSERT_TRUE(live.wait_for("allocated")) << live.err();
-    std::string m = scrape_until(a, [&](const std::string& t) {
-      return value_of(t, "gpuscope_memory_outstanding_bytes", {{"pid", std::to_string(lp)}, {"category", "device"}}) ==
-             6777;
+    UngovernedAgent a(w, {"--pods-dir", pods});
+    Holder live(w);
+    std::ofstream(cgs.back() + "/cgroup.procs") << live.pid() << "\n";
+    ASSERT_TRUE(live.allocate()) << live.err();
+    std::string m = a.until([&](const std::string& t) {
+      return value_of(t, "gpuscope_memory_outstanding_bytes",
+                      {{"pid", std::to_string(live.pid())}, {"category", "device"}}) == 6777;
     });
     ASSERT_NE(m, "") << a.metrics();
-    auto s =
-        where(samples(m, "gpuscope_memory_outstanding_bytes"), {{"pid", std::to_string(lp)}, {"category", "device"}});
+    auto s = where(samples(m, "gpuscope_memory_outstanding_bytes"),
+                   {{"pid", std::to_string(live.pid())}, {"category", "device"}});
     ASSERT_EQ(s.size(), 1u);
     EXPECT_EQ(s[0].labels["namespace"], "ml");
     EXPECT_EQ(s[0].labels["pod"], "trainer-0");
@@ -1294,7 +1157,7 @@ struct IoctlChild {
 // ioctl series: calls per request stay counted after their processes exit; a process's own
 // series goes once a scrape has seen its final value.
 TEST(Agent, IoctlSeries) {
-  Workload w;
+  AgWorkload w;
   std::string node = w.dir() + "/nvidia7";
   ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 7)), 0) << strerror(errno);
   std::string comm = "gsio" + std::to_string(getpid() % 1000000);
@@ -1420,16 +1283,9 @@ TEST(Agent, StarvationWithTheBridgeInside) {
   auto r = http_get(port, "/api/starvation/folded");
   EXPECT_EQ(r.status, 200);
   std::istringstream in(r.body);
-  uint64_t total = 0, known = 0;
-  int lines = 0;
-  for (std::string line; std::getline(in, line); lines++) {
-    auto sp = line.rfind(' ');
-    ASSERT_NE(sp, std::string::npos) << line;
-    uint64_t wgt = std::stoull(line.substr(sp + 1));
-    total += wgt;
-    EXPECT_EQ(line.rfind("starv_fixture;burner;", 0), 0u) << line;
-    if (line.find("fixture::preprocess_burn(void*)") != std::string::npos) known += wgt;
-  }
+  BurnerFolded fo;
+  ASSERT_NO_FATAL_FAILURE(read_burner_folded(in, &fo));
+  auto [lines, total, known] = fo;
   ASSERT_GT(lines, 0);
   EXPECT_NEAR(total / 1e9 / v1, 1.0, 0.3) << "49 Hz samples against the accounted time";
   EXPECT_GE(known, 0.9 * total);
@@ -1462,13 +1318,13 @@ TEST(Agent, StarvationWithTheBridgeInside) {
 // (cudaGetDevice) and the runtime's launches (timed on the driver layer, where each arrives):
 // those APIs are not even probed. --latency-apis puts them back, every call timed.
 TEST(Agent, LatencyProbesOnlyWhatItReports) {
-  Workload w;
+  AgWorkload w;
   {
-    Agent a(w, {"--collectors", "latency"});
+    UngovernedAgent a(w, {"--collectors", "latency"});
     Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
     ASSERT_EQ(p.wait(30), 0) << p.err();
     sleep_s(0.6);  // a refresh after the last call
-    std::string m = scrape_until(a, [&](const std::string& t) {
+    std::string m = a.until([&](const std::string& t) {
       return value_of(t, "gpuscope_api_probe_hits_total", {{"api", "cuLaunchKernelEx"}, {"outcome", "unsampled"}}) > 0;
     });
     ASSERT_NE(m, "") << a.metrics();
@@ -1487,12 +1343,12 @@ TEST(Agent, LatencyProbesOnlyWhatItReports) {
     EXPECT_EQ(a.stop(), 0);
   }
   {
-    Agent a(w, {"--collectors", "latency", "--latency-apis", "cudaGetDevice,cudaLaunchKernel",
-                "--latency-sample-launches", "1"});
+    UngovernedAgent a(w, {"--collectors", "latency", "--latency-apis", "cudaGetDevice,cudaLaunchKernel",
+                          "--latency-sample-launches", "1"});
     Process p({w.path(), "torch_steps", "100", "2", "0", "0", "6", "1000"});
     ASSERT_EQ(p.wait(30), 0) << p.err();
     sleep_s(0.6);
-    std::string m = scrape_until(a, [&](const std::string& t) {
+    std::string m = a.until([&](const std::string& t) {
       return value_of(t, "gpuscope_api_probe_hits_total", {{"api", "cudaLaunchKernel"}, {"outcome", "timed"}}) > 0;
     });
     ASSERT_NE(m, "") << a.metrics();
@@ -1526,8 +1382,8 @@ struct StatsKnob {
 // counted at both layers) a step of 2 runtime launches (each reaching cuLaunchKernel), 1
 // cuLaunchKernel and 1 cuLaunchKernelEx runs each program a known number of times.
 TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
-  Workload w;
-  Agent a(w, {"--collectors", "kernels,latency"});
+  AgWorkload w;
+  UngovernedAgent a(w, {"--collectors", "kernels,latency"});
   StatsKnob knob;
   if (knob.before == 0) {
     EXPECT_TRUE(samples(a.metrics(), "gpuscope_bpf_program_runs_total").empty()) << "stats off: nothing counted";
@@ -1540,7 +1396,7 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
     const std::string out = p.out();
     ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
     const double steps = std::stod(sm[1]);
-    std::string m = scrape_until(a, [&](const std::string& t) {
+    std::string m = a.until([&](const std::string& t) {
       return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex"}}) >= steps;
     });
     ASSERT_NE(m, "") << a.metrics();
@@ -1564,10 +1420,10 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
 // here; GPU time and starvation keep it too): the first scrape after its final values were
 // published has them, the next has none, and its counts live on in the comm_* totals.
 TEST(Agent, ExitedProcessSeriesAreScrapedOnceThenGo) {
-  Workload w;
+  AgWorkload w;
   std::string node = w.dir() + "/nvidia7";
   ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 7)), 0) << strerror(errno);
-  Agent a(w, {"--collectors", "kernels,memleak,ioctl"});
+  UngovernedAgent a(w, {"--collectors", "kernels,memleak,ioctl"});
   // 5 launches of kern_a and 3 of kern_b through the driver; 2 blocks allocated and freed.
   Process drv({w.path(), "driver", "2"});
   pid_t dp = ready_pid(drv);
@@ -1597,7 +1453,7 @@ TEST(Agent, ExitedProcessSeriesAreScrapedOnceThenGo) {
 // tick): series with the process's labels and its device, and /api/processes, for processes in
 // scope only (-c); gone with the process.
 TEST(Agent, ProcessGpuUtilizationFromTheBridge) {
-  Workload w;
+  AgWorkload w;
   PinDir d;
   StandinFile f;
   Process live({w.path(), "--wait-usr1", "1", "prestart", "1"});
@@ -1620,9 +1476,9 @@ TEST(Agent, ProcessGpuUtilizationFromTheBridge) {
       std::vector<std::string>{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path},
       std::vector<std::string>{f.env()});
   ASSERT_TRUE(bridge->wait_for("bridge publishing", 10, true)) << bridge->err();
-  Agent a(w, {"--collectors", "bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN});
+  UngovernedAgent a(w, {"--collectors", "bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN});
   const std::string lps = std::to_string(lp);
-  std::string m = scrape_until(a, [&](const std::string& t) {
+  std::string m = a.until([&](const std::string& t) {
     nvml_now();
     return value_of(t, "gpuscope_process_gpu_utilization_ratio", {{"pid", lps}}) == 0.42;
   });
@@ -1648,10 +1504,9 @@ TEST(Agent, ProcessGpuUtilizationFromTheBridge) {
   EXPECT_EQ(mine["gpus"][0]["memory_used_bytes"], 1048576);
   live.signal(SIGUSR1);
   EXPECT_EQ(live.wait(20), 0) << live.err();
-  EXPECT_NE(scrape_until(a,
-                         [&](const std::string& t) {
-                           return where(samples(t, "gpuscope_process_gpu_utilization_ratio"), {{"pid", lps}}).empty();
-                         }),
+  EXPECT_NE(a.until([&](const std::string& t) {
+    return where(samples(t, "gpuscope_process_gpu_utilization_ratio"), {{"pid", lps}}).empty();
+  }),
             "");
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
   bridge->signal(SIGTERM);

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <istream>
 #include <iterator>
 #include <string>
 
@@ -53,5 +55,23 @@ struct StandinFile {
   }
   std::string env() const { return "NVML_STANDIN_FILE=" + path; }
 };
+
+// Folded stacks (flamegraph.pl's input) of the starvation fixture's burner thread, each line
+// "starv_fixture;burner;FRAMES WEIGHT": how many, their total weight and that of the stacks
+// through the fixture's known function.
+struct BurnerFolded {
+  int lines = 0;
+  uint64_t total = 0, known = 0;
+};
+inline void read_burner_folded(std::istream& in, BurnerFolded* f) {
+  for (std::string line; std::getline(in, line); f->lines++) {
+    auto sp = line.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    uint64_t w = std::stoull(line.substr(sp + 1));
+    f->total += w;
+    EXPECT_EQ(line.rfind("starv_fixture;burner;", 0), 0u) << line;
+    if (line.find("fixture::preprocess_burn(void*)") != std::string::npos) f->known += w;
+  }
+}
 
 }  // namespace gstest

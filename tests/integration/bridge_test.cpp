@@ -55,6 +55,13 @@ const char* const kTwoDevices =
     "process 1 4321 NA\n"
     "process 0 777 3145728\n";
 
+// A pin directory and the stand-in told of kTwoDevices.
+struct TwoDevices {
+  PinDir d;
+  StandinFile f;
+  TwoDevices() { f.write(kTwoDevices); }
+};
+
 std::vector<std::string> bridge_argv(const PinDir& d, std::vector<std::string> extra = {}) {
   std::vector<std::string> v{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path};
   v.insert(v.end(), extra.begin(), extra.end());
@@ -121,9 +128,8 @@ std::vector<json> lines_of(const std::string& out, const std::string& type) {
 }  // namespace
 
 TEST(BridgeLayout, EveryPublishedFieldMatchesNvml) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   uint64_t rt0 = gpuscope::realtime_ns(), bt0 = gpuscope::boottime_ns();
   Bridge b(d, f, {"--json"});
   wait_ticks(d, 1);
@@ -282,9 +288,8 @@ TEST(BridgeLayout, BpfProgramAndCxxAgree) {
   for (size_t i = 0; i < n; i++) EXPECT_EQ(skel->rodata->layout[i], cxx[i]) << names[i];
 
   // A BPF program built from the same header reads a bridge's pinned meta.
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   auto r = run(bridge_argv(d, {"-d", "0.3"}), {f.env()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Fd pinned(bpf_obj_get(d.pin(GPU_PIN_META).c_str()));
@@ -349,9 +354,8 @@ TEST(BridgeSamples, BurstBetweenPollsMovesLastActive) {
 }
 
 TEST(BridgeLifecycle, FreshnessAdvancesEachTickAndStopsAfterExit) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   Bridge b(d, f);
   uint64_t prev = meta(d).last_update_boottime_ns;
   for (int i = 0; i < 4; i++) {
@@ -372,9 +376,8 @@ TEST(BridgeLifecycle, FreshnessAdvancesEachTickAndStopsAfterExit) {
 }
 
 TEST(BridgeLifecycle, SecondBridgeRefusesWhileFirstLives) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   Bridge first(d, f);
   uint32_t id = map_id(d.pin(GPU_PIN_META));
   auto r = run(bridge_argv(d), {f.env()}, 10);
@@ -388,9 +391,8 @@ TEST(BridgeLifecycle, SecondBridgeRefusesWhileFirstLives) {
 }
 
 TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   // An incompatible leftover (wrong value size) is replaced, not reused.
   {
     Fd odd(bpf_map_create(BPF_MAP_TYPE_ARRAY, "odd", 4, 64, 1, nullptr));
@@ -428,9 +430,8 @@ TEST(BridgeLifecycle, AfterKillNineANewBridgeReusesTheMapsInPlace) {
 // A bridge restarted a second after the last one exited (within the readers' 10 s of staleness)
 // takes the pins over at once.
 TEST(BridgeLifecycle, BridgeStartedASecondAfterAnotherExitedTakesOver) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   auto first = run(bridge_argv(d, {"-d", "1"}), {f.env()}, 30);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   uint32_t id = map_id(d.pin(GPU_PIN_META));
@@ -444,9 +445,8 @@ TEST(BridgeLifecycle, BridgeStartedASecondAfterAnotherExitedTakesOver) {
 }
 
 TEST(BridgeLifecycle, StaleLiveHolderIsTakenOverAndStepsDown) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   Bridge first(d, f);
   uint32_t id = map_id(d.pin(GPU_PIN_DEVICE));
   first.p.signal(SIGSTOP);  // alive, but its data goes stale
@@ -462,9 +462,8 @@ TEST(BridgeLifecycle, StaleLiveHolderIsTakenOverAndStepsDown) {
 }
 
 TEST(BridgeLifecycle, PidLeavingTheProcessListLeavesTheMaps) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   Bridge b(d, f);
   gpu_pid v{};
   gpu_pid_device pd{};
@@ -799,9 +798,8 @@ TEST(BridgeProcessUtilization, InspektorGadgetConsumerReadsOurPins) {
 }
 
 TEST(BridgeBadInput, PinDirEmptyReadOnlyOrNotADirectory) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   auto expect_refused = [&](const std::vector<std::string>& argv, const std::string& line) {
     auto r = run(argv, {f.env()}, 20);
     std::string cmd;
@@ -846,9 +844,8 @@ TEST(BridgeBadInput, PinDirEmptyReadOnlyOrNotADirectory) {
 }
 
 TEST(BridgeBadInput, TruncatedNvmlIsRefusedBeforeTheLoaderTouchesIt) {
-  PinDir d;
-  StandinFile f;
-  f.write(kTwoDevices);
+  TwoDevices two;
+  auto& [d, f] = two;
   std::string dir = tmp_dir("nvml"), lib = dir + "/libnvidia-ml.so.1";
   // 8192 bytes: the ELF and program headers are whole; the text segment runs past the end.
   ASSERT_TRUE(truncated_copy(NVML_STANDIN, lib, 8192));

@@ -13,12 +13,8 @@ add_test(NAME deploy_systemd_verify COMMAND sh -c
   "d=$(mktemp -d) && sed 's#/usr/local/bin/gpuscope#$<TARGET_FILE:gpuscope>#' ${GS_DEPLOY}/systemd/gpuscope-agent.service > $d/gpuscope-agent.service && systemd-analyze verify $d/gpuscope-agent.service; r=$?; rm -rf $d; exit $r")
 set_tests_properties(deploy_systemd_verify PROPERTIES FAIL_REGULAR_EXPRESSION "[^ ]")
 
-add_executable(deploy_test ${CMAKE_CURRENT_LIST_DIR}/deploy_test.cpp)
-target_link_libraries(deploy_test PRIVATE gstest_harness gpuscope_core GTest::gtest_main)
-target_compile_definitions(deploy_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
-  DEPLOY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-add_dependencies(deploy_test gpuscope standin_app nvml_standin)
-gtest_discover_tests(deploy_test PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
+gstest_integration(deploy_test 180 DEFS NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
+  DEPLOY_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DEPS standin_app nvml_standin)
 
 add_executable(governor_test ${PROJECT_SOURCE_DIR}/tests/unit/governor_test.cpp)
 target_link_libraries(governor_test PRIVATE gpuscope_agent GTest::gtest_main)

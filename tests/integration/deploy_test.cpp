@@ -32,103 +32,9 @@ namespace {
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-std::string http_get(int port, const std::string& path, int* status = nullptr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string all;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
-  close(fd);
-  size_t hdr = all.find("\r\n\r\n");
-  if (hdr == std::string::npos) return "";
-  if (status) *status = std::stoi(all.substr(all.find(' ') + 1, 3));
-  return all.substr(hdr + 4);
-}
-
-// The value of the one sample of `name` whose labels include all of `want`; -1 if not exactly one.
-double value_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want) {
-  static const std::regex lab(R"re((\w+)="([^"]*)")re");
-  std::istringstream ss(text);
-  std::vector<double> found;
-  for (std::string line; std::getline(ss, line);) {
-    if (line.rfind(name, 0) != 0 || (line[name.size()] != '{' && line[name.size()] != ' ')) continue;
-    std::map<std::string, std::string> l;
-    if (line[name.size()] == '{') {
-      std::string ls = line.substr(name.size() + 1, line.rfind('}') - name.size() - 1);
-      for (auto it = std::sregex_iterator(ls.begin(), ls.end(), lab); it != std::sregex_iterator(); ++it)
-        l[(*it)[1]] = (*it)[2];
-    }
-    bool ok = true;
-    for (auto& [k, v] : want) ok = ok && l.count(k) && l[k] == v;
-    if (ok) found.push_back(std::stod(line.substr(line.rfind(' ') + 1)));
-  }
-  return found.size() == 1 ? found[0] : -1;
-}
-
-class Workload {
- public:
-  Workload() {
-    dir_ = "/tmp/gs-deploy-" + std::to_string(getpid());
-    mkdir(dir_.c_str(), 0755);
-    comm_ = "dpwl" + std::to_string(getpid() % 1000000);
-    path_ = dir_ + "/" + comm_;
-    unlink(path_.c_str());
-    if (symlink(standin_app().c_str(), path_.c_str()) != 0) throw std::runtime_error("symlink");
-  }
-  ~Workload() { (void)system(("rm -rf " + dir_).c_str()); }
-  const std::string& comm() const { return comm_; }
-  const std::string& path() const { return path_; }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_, comm_, path_;
-};
-
-class Agent {
- public:
-  Agent(const Workload& w, std::vector<std::string> extra = {}, std::vector<std::string> env = {}) {
-    std::string lib = standin_lib_dir();
-    std::vector<std::string> argv = {gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-c", w.comm(),
-                                     "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13"};
-    if (std::find(extra.begin(), extra.end(), "--interval") == extra.end()) argv.insert(argv.end(), {"--interval", "0.2"});
-    if (std::find(extra.begin(), extra.end(), "--bridge-pin-dir") == extra.end())
-      argv.insert(argv.end(), {"--bridge-pin-dir", w.dir() + "/no-bridge"});
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    p_ = std::make_unique<Process>(argv, env);
-    if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
-    port_ = parse_lines(p_->out()).at(0).at("port").get<int>();
-  }
-  int port() const { return port_; }
-  Process& proc() { return *p_; }
-  std::string metrics() { return http_get(port_, "/metrics"); }
-  json api(const std::string& path) { return json::parse(http_get(port_, path)); }
-  // Scrapes until pred holds (the scrape), or "" after timeout_s.
-  std::string until(const std::function<bool(const std::string&)>& pred, double timeout_s = 20) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < end) {
-      std::string m = metrics();
-      if (pred(m)) return m;
-      sleep_s(0.05);
-    }
-    return "";
-  }
-  int stop() {
-    p_->signal(SIGINT);
-    return p_->wait(30);
-  }
-
- private:
-  std::unique_ptr<Process> p_;
-  int port_ = 0;
+// The deploy tests' workload: a link to standin_app.
+struct DpWorkload : Workload {
+  DpWorkload() : Workload("deploy", "dpwl") {}
 };
 
 double anomalies(const std::string& m, const char* rule) { return value_of(m, "gpuscope_anomalies_total", {{"rule", rule}}); }
@@ -143,7 +49,7 @@ const std::vector<std::string> kAnomalyFlags = {"--alloc-alert-bytes", "5000", "
 // the collectors, a bridge on the NVML stand-in, anomalies and the governor. Names that need a
 // part of gpuscope the agent does not run yet are listed by the checker as PENDING, with why.
 TEST(Deploy, MetricNamesExported) {
-  Workload w;
+  DpWorkload w;
   PinDir d;
   StandinFile f;
   f.write(
@@ -153,10 +59,8 @@ TEST(Deploy, MetricNamesExported) {
   Process bridge({gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", d.path}, {f.env()});
   ASSERT_TRUE(bridge.wait_for("bridge publishing", 10, true)) << bridge.err();
   Agent a(w, {"--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN}, {f.env()});
-  Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  ready_pid(live);
-  live.signal(SIGUSR1);
-  ASSERT_TRUE(live.wait_for("allocated")) << live.err();
+  Holder live(w);
+  ASSERT_TRUE(live.allocate()) << live.err();
   for (auto args : {std::vector<std::string>{"driver", "2"}, {"leaks"}, {"--result", "2", "burst", "3"}}) {
     args.insert(args.begin(), w.path());
     Process p(args);
@@ -195,12 +99,10 @@ TEST(Deploy, MetricNamesExported) {
 // A steady run: one process holding memory, launches, successful calls, a process that
 // allocates and frees: no rule fires.
 TEST(Deploy, AnomaliesQuietOnSteadyRun) {
-  Workload w;
+  DpWorkload w;
   Agent a(w, kAnomalyFlags);
-  Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  pid_t lp = ready_pid(live);
-  live.signal(SIGUSR1);
-  ASSERT_TRUE(live.wait_for("allocated")) << live.err();
+  Holder live(w);
+  ASSERT_TRUE(live.allocate()) << live.err();
   for (int i = 0; i < 3; i++) {
     for (auto args : {std::vector<std::string>{"driver", "2"}, {"calls", "3", "5"}, {"malloc_loop", "300"}}) {
       args.insert(args.begin(), w.path());
@@ -209,8 +111,8 @@ TEST(Deploy, AnomaliesQuietOnSteadyRun) {
     }
   }
   std::string m = a.until([&](const std::string& t) {
-    return value_of(t, "gpuscope_memory_outstanding_bytes", {{"pid", std::to_string(lp)}, {"category", "device"}}) ==
-           6777;
+    return value_of(t, "gpuscope_memory_outstanding_bytes",
+                    {{"pid", std::to_string(live.pid())}, {"category", "device"}}) == 6777;
   });
   ASSERT_NE(m, "");
   sleep_s(2);  // more than the 4 refreshes of --growth-intervals
@@ -228,23 +130,19 @@ TEST(Deploy, AnomaliesQuietOnSteadyRun) {
 // Two processes: the first holds 6777 bytes; the second takes 6777 more (over the 5000-byte
 // limit) while the first holds its memory: said once, of the second, naming the first.
 TEST(Deploy, AnomalyUnexpectedAllocation) {
-  Workload w;
+  DpWorkload w;
   Agent a(w, kAnomalyFlags);
-  Process first({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  pid_t fp = ready_pid(first);
-  first.signal(SIGUSR1);
-  ASSERT_TRUE(first.wait_for("allocated"));
+  Holder first(w);
+  ASSERT_TRUE(first.allocate());
   ASSERT_NE(a.until([&](const std::string& t) {
-    return value_of(t, "gpuscope_memory_outstanding_bytes", {{"pid", std::to_string(fp)}, {"category", "device"}}) ==
-           6777;
+    return value_of(t, "gpuscope_memory_outstanding_bytes",
+                    {{"pid", std::to_string(first.pid())}, {"category", "device"}}) == 6777;
   }),
             "");
   sleep_s(0.5);
   EXPECT_EQ(anomalies(a.metrics(), "unexpected_allocation"), 0) << "the first holder alone";
-  Process second({w.path(), "--wait-usr1", "1", "prestart", "3"});
-  pid_t sp = ready_pid(second);
-  second.signal(SIGUSR1);
-  ASSERT_TRUE(second.wait_for("allocated"));
+  Holder second(w);
+  ASSERT_TRUE(second.allocate());
   std::string m = a.until([&](const std::string& t) { return anomalies(t, "unexpected_allocation") >= 1; });
   ASSERT_NE(m, "") << a.proc().err();
   sleep_s(1);
@@ -256,8 +154,8 @@ TEST(Deploy, AnomalyUnexpectedAllocation) {
   ASSERT_EQ(j["anomalies"].size(), 1u) << j.dump();
   auto& e = j["anomalies"][0];
   EXPECT_EQ(e["rule"], "unexpected_allocation");
-  EXPECT_EQ(e["pid"], sp);
-  EXPECT_EQ(e["other_pid"], fp);
+  EXPECT_EQ(e["pid"], second.pid());
+  EXPECT_EQ(e["other_pid"], first.pid());
   EXPECT_EQ(e["bytes"], 6777);
   EXPECT_EQ(e["comm"], w.comm());
   for (Process* p : {&first, &second}) {
@@ -265,14 +163,15 @@ TEST(Deploy, AnomalyUnexpectedAllocation) {
     EXPECT_EQ(p->wait(20), 0);
   }
   EXPECT_EQ(a.stop(), 0);
-  EXPECT_NE(a.proc().err().find("anomaly unexpected_allocation: pid " + std::to_string(sp)), std::string::npos)
+  EXPECT_NE(a.proc().err().find("anomaly unexpected_allocation: pid " + std::to_string(second.pid())),
+            std::string::npos)
       << a.proc().err();
 }
 
 // A leaking process: a 4096-byte block every 50 ms for 3 s, never freed; its memory rises in
 // every 0.2 s refresh, and after 4 of them memory_growth is said, once.
 TEST(Deploy, AnomalyMemoryGrowth) {
-  Workload w;
+  DpWorkload w;
   Agent a(w, kAnomalyFlags);
   Process leak({w.path(), "grow", "60", "50"});
   pid_t lp = ready_pid(leak);
@@ -295,7 +194,7 @@ TEST(Deploy, AnomalyMemoryGrowth) {
 // well under a second; a few failures (3) are not a burst. The rule sees the APIs the latency
 // collector times, and cudaGetDevice is not among its defaults.
 TEST(Deploy, AnomalyErrorBurst) {
-  Workload w;
+  DpWorkload w;
   std::vector<std::string> flags = kAnomalyFlags;
   flags.insert(flags.end(), {"--latency-apis", "cudaGetDevice,cudaMalloc"});
   Agent a(w, flags);
@@ -320,7 +219,7 @@ TEST(Deploy, AnomalyErrorBurst) {
 // cri-containerd-<id>.scope, made here under a test directory) and the kubelet's log directories
 // (given by --pods-dir): pod, namespace and container on the process's series.
 TEST(Deploy, KubeletSystemdCgroupLabels) {
-  Workload w;
+  DpWorkload w;
   char tail[13];
   snprintf(tail, sizeof tail, "%012d", static_cast<int>(getpid()));
   std::string uid = std::string("7c0ffee0-aaaa-4bbb-8ccc-") + tail, uid_ = uid;
@@ -342,13 +241,13 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
   std::ofstream(w.dir() + "/log/containers/server-7f9c_inference_triton-" + id + ".log") << "";
   {
     Agent a(w, {"--pods-dir", pods});
-    Process live({w.path(), "--wait-usr1", "1", "prestart", "3"});
-    pid_t lp = ready_pid(live);
-    std::ofstream(cgs.back() + "/cgroup.procs") << lp << "\n";
-    live.signal(SIGUSR1);
-    ASSERT_TRUE(live.wait_for("allocated")) << live.err();
-    std::map<std::string, std::string> want = {{"pid", std::to_string(lp)}, {"category", "device"},
-                                               {"namespace", "inference"}, {"pod", "server-7f9c"},
+    Holder live(w);
+    std::ofstream(cgs.back() + "/cgroup.procs") << live.pid() << "\n";
+    ASSERT_TRUE(live.allocate()) << live.err();
+    std::map<std::string, std::string> want = {{"pid", std::to_string(live.pid())},
+                                               {"category", "device"},
+                                               {"namespace", "inference"},
+                                               {"pod", "server-7f9c"},
                                                {"container", "triton"}};
     std::string m = a.until([&](const std::string& t) {
       return value_of(t, "gpuscope_memory_outstanding_bytes", want) == 6777;
@@ -382,7 +281,7 @@ void launch_batch(const Workload& w) {
 // it, and has counted every launch once. One process's launches alone would not do it: they are counted in BPF and cost the
 // agent nothing (docs/deploy.md).
 TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
-  Workload w;
+  DpWorkload w;
   PinDir d;
   const std::vector<std::string> base = {"--interval", "0.05", "--bridge-pin-dir", d.path, "--nvml",
                                          w.dir() + "/no-libnvidia-ml.so.1"};
@@ -517,7 +416,7 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
 // under the idle cost takes it step by step to its deepest level, where processes that launch and
 // exit in a batch are still counted exactly. It never steps back up: idle stays over the limit.
 TEST(Deploy, GovernorAtItsDeepestStillCountsEveryLaunch) {
-  Workload w;
+  DpWorkload w;
   PinDir d;
   Agent a(w, {"--interval", "0.05", "--bridge-pin-dir", d.path, "--nvml", w.dir() + "/no-libnvidia-ml.so.1",
               "--max-cpu-percent", "0.1"});

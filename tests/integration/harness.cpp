@@ -1,14 +1,20 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -161,18 +167,19 @@ static std::string bpf_state_once() {
   return a.out + "\n--\n" + b.out + "\n--\n" + c.out;
 }
 
-// The kernel frees programs of exited processes after an RCU grace period; a state counts
-// once two reads 300 ms apart agree.
-std::string bpf_state() {
-  std::string a = bpf_state_once(), b;
+std::string settled(const std::function<std::string()>& read) {
+  std::string a = read(), b;
   for (int i = 0; i < 30; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    b = bpf_state_once();
+    b = read();
     if (a == b) break;
     a = b;
   }
   return a;
 }
+
+// The kernel frees programs of exited processes after an RCU grace period.
+std::string bpf_state() { return settled(bpf_state_once); }
 
 bool truncated_copy(const std::string& from, const std::string& to, size_t bytes) {
   std::ifstream in(from, std::ios::binary);
@@ -224,6 +231,121 @@ std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder) {
     close(fd);
   }
   return out;
+}
+
+Reply http_request(int port, const std::string& method, const std::string& path, const std::string& body) {
+  Reply r;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return r;
+  }
+  std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n";
+  if (!body.empty()) req += "Content-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  (void)!write(fd, req.data(), req.size());
+  std::string all;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
+  close(fd);
+  size_t sp = all.find(' '), hdr = all.find("\r\n\r\n");
+  if (sp == std::string::npos || hdr == std::string::npos) return r;
+  r.status = std::stoi(all.substr(sp + 1, 3));
+  r.body = all.substr(hdr + 4);
+  return r;
+}
+
+Reply http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
+
+std::vector<Sample> samples(const std::string& text, const std::string& name) {
+  std::vector<Sample> out;
+  static const std::regex lab(R"re((\w+)="([^"]*)")re");
+  std::istringstream ss(text);
+  for (std::string line; std::getline(ss, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    size_t rest = name.size();
+    if (rest < line.size() && line[rest] != '{' && line[rest] != ' ') continue;
+    Sample s;
+    size_t close = line.rfind(' ');
+    s.value = std::stod(line.substr(close + 1));
+    if (line[rest] == '{') {
+      std::string ls = line.substr(rest + 1, line.rfind('}') - rest - 1);
+      for (auto it = std::sregex_iterator(ls.begin(), ls.end(), lab); it != std::sregex_iterator(); ++it)
+        s.labels[(*it)[1]] = (*it)[2];
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<Sample> where(const std::vector<Sample>& v, const std::map<std::string, std::string>& want) {
+  std::vector<Sample> out;
+  for (auto& s : v) {
+    bool ok = true;
+    for (auto& [k, x] : want) ok = ok && s.labels.count(k) && s.labels.at(k) == x;
+    if (ok) out.push_back(s);
+  }
+  return out;
+}
+
+double value_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want) {
+  auto v = where(samples(text, name), want);
+  return v.size() == 1 ? v[0].value : -1;
+}
+
+Workload::Workload(const std::string& tag, const std::string& prefix, const std::string& target) {
+  dir_ = "/tmp/gs-" + tag + "-" + std::to_string(getpid());
+  mkdir(dir_.c_str(), 0755);
+  comm_ = prefix + std::to_string(getpid() % 1000000);
+  path_ = dir_ + "/" + comm_;
+  unlink(path_.c_str());
+  if (symlink(target.c_str(), path_.c_str()) != 0) throw std::runtime_error("symlink");
+}
+
+Workload::~Workload() { (void)system(("rm -rf " + dir_).c_str()); }
+
+static bool names(const std::vector<std::string>& args, const std::string& flag) {
+  return std::find(args.begin(), args.end(), flag) != args.end();
+}
+
+Agent::Agent(const Workload& w, std::vector<std::string> extra, const std::vector<std::string>& env) {
+  std::string lib = standin_lib_dir();
+  std::vector<std::string> argv = {gpuscope_bin(),
+                                   "agent",
+                                   "--json",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "-c",
+                                   w.comm(),
+                                   "--lib",
+                                   lib + "/libcuda.so.1",
+                                   "--lib",
+                                   lib + "/libcudart.so.13"};
+  if (!names(extra, "--interval")) argv.insert(argv.end(), {"--interval", "0.2"});
+  if (!names(extra, "--bridge-pin-dir")) argv.insert(argv.end(), {"--bridge-pin-dir", w.dir() + "/no-bridge"});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  p_ = std::make_unique<Process>(argv, env);
+  if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
+  port_ = parse_lines(p_->out()).at(0).at("port").get<int>();
+}
+
+std::string Agent::until(const std::function<bool(const std::string&)>& pred, double timeout_s) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    std::string m = metrics();
+    if (pred(m)) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+int Agent::stop() {
+  p_->signal(SIGINT);
+  return p_->wait(30);
 }
 
 }  // namespace gstest

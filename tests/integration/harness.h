@@ -1,10 +1,13 @@
 #pragma once
 // Runs gpuscope and workload programs as real processes and parses what gpuscope prints.
+#include <signal.h>
 #include <sys/types.h>
 
 #include <nlohmann/json.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,8 +75,78 @@ std::vector<json> select(const std::vector<json>& ev, pid_t pid, const std::stri
 // Parses "ready pid=N" from a workload's stdout.
 pid_t ready_pid(Process& p);
 std::string bpf_state();
+// What `read` returns once two reads 300 ms apart agree (after 30 tries, the last).
+std::string settled(const std::function<std::string()>& read);
 // Keys of every BPF hash map `holder` holds (found through /proc/PID/fdinfo), by map name, read
 // as the u32 every per-process key of gpuscope begins with: its pid.
 std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder);  // bpftool prog + link listing and /sys/fs/bpf contents
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+// METHOD path (with `body`, when not empty) to 127.0.0.1:port as HTTP/1.0; status 0 when no
+// answer came.
+Reply http_request(int port, const std::string& method, const std::string& path, const std::string& body = "");
+Reply http_get(int port, const std::string& path);
+
+// One sample of a scrape: its labels and value.
+struct Sample {
+  std::map<std::string, std::string> labels;
+  double value;
+};
+
+// The samples of `name` in Prometheus text (label values here hold no escaped quotes).
+std::vector<Sample> samples(const std::string& text, const std::string& name);
+// Samples whose labels include every one of `want`.
+std::vector<Sample> where(const std::vector<Sample>& v, const std::map<std::string, std::string>& want);
+// The value of the one sample of `name` whose labels include all of `want`; -1 if not exactly one.
+double value_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want);
+
+// A workload name only this test process uses: a link to `target` named <prefix><pid> (comm is
+// the link's name), in /tmp/gs-<tag>-<pid>, which goes with it.
+class Workload {
+ public:
+  Workload(const std::string& tag, const std::string& prefix, const std::string& target = standin_app());
+  ~Workload();
+  const std::string& comm() const { return comm_; }
+  const std::string& path() const { return path_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, comm_, path_;
+};
+
+// standin_app through the workload's link, holding 6777 bytes of device memory from a first
+// SIGUSR1 to a second ("--wait-usr1 1 prestart 3"); constructed once it is ready.
+class Holder : public Process {
+ public:
+  explicit Holder(const Workload& w) : Process({w.path(), "--wait-usr1", "1", "prestart", "3"}) { ready_pid(*this); }
+  // The first SIGUSR1; whether it said it allocated.
+  bool allocate() {
+    signal(SIGUSR1);
+    return wait_for("allocated");
+  }
+};
+
+// gpuscope agent --json on a free loopback port, scoped by -c to the workload's name, on the
+// stand-in libraries; unless `extra` names them, --interval 0.2 and a --bridge-pin-dir where no
+// bridge is.
+class Agent {
+ public:
+  Agent(const Workload& w, std::vector<std::string> extra = {}, const std::vector<std::string>& env = {});
+  int port() const { return port_; }
+  Process& proc() { return *p_; }
+  std::string metrics() { return http_get(port_, "/metrics").body; }
+  json api(const std::string& path) { return json::parse(http_get(port_, path).body); }
+  // Scrapes until pred holds for a scrape (returned), or "" after timeout_s.
+  std::string until(const std::function<bool(const std::string&)>& pred, double timeout_s = 20);
+  int stop();  // SIGINT; its exit code
+
+ private:
+  std::unique_ptr<Process> p_;
+  int port_ = 0;
+};
 
 }  // namespace gstest

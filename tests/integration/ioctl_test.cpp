@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "usage_error.h"
 
 using namespace gstest;
 namespace fs = std::filesystem;
@@ -176,12 +177,7 @@ TEST(Ioctl, OpensWithoutIoctls) {
 }
 
 TEST(Ioctl, BadInputOneLineExit2) {
-  for (std::vector<std::string> a : {std::vector<std::string>{"--bogus"}, {"--interval", "0"}, {"-p", "999999999"},
-                                     {"-p", "abc"}}) {
-    a.insert(a.begin(), {gpuscope_bin(), "ioctl"});
-    auto r = run(a);
-    EXPECT_EQ(r.exit_code, 2) << a.back();
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  }
+  for (std::vector<std::string> a :
+       {std::vector<std::string>{"--bogus"}, {"--interval", "0"}, {"-p", "999999999"}, {"-p", "abc"}})
+    expect_usage_error("ioctl", a);
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "usage_error.h"
 
 using namespace gstest;
 
@@ -78,6 +79,39 @@ void expect_named(const std::vector<json>& lines, pid_t pid, size_t extra = 0) {
     }
 }
 
+// gpuscope kernels --json probing `libs` while standin_app runs `args` to its end: its pid and
+// gpuscope's output.
+void count_run(const std::vector<std::string>& libs, const std::vector<std::string>& args, pid_t* pid,
+               std::string* out) {
+  std::vector<std::string> gargs{gpuscope_bin(), "kernels", "--json"};
+  for (auto& l : libs) gargs.insert(gargs.end(), {"--lib", l});
+  Process g(gargs);
+  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
+  std::vector<std::string> wargs{standin_app()};
+  wargs.insert(wargs.end(), args.begin(), args.end());
+  Process w(wargs);
+  *pid = ready_pid(w);
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  sleep_s(0.5);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  *out = g.out();
+}
+
+// kernels_app on the stand-in with a module-loaded kernel (STANDIN_FUNC_LAYOUT=`layout` where
+// given), counted at the driver layer alone (-v): every launch named as expect_named says, the
+// module's 7 launches under `module_row`. gpuscope's lines and stderr.
+std::vector<json> driver_layer_run(bool pre, const std::string& layout, const std::string& module_row,
+                                   std::string* err) {
+  pid_t pid;
+  std::vector<std::string> env = {"KERNELS_APP_DRIVER_MODULE=1"};
+  if (!layout.empty()) env.push_back("STANDIN_FUNC_LAYOUT=" + layout);
+  auto lines = run_app("standin", pre, &pid, {"--count-layer", "driver", "-v"}, env, err);
+  expect_named(lines, pid, 1);
+  EXPECT_EQ(final_rows(lines, pid)[module_row], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  return lines;
+}
+
 }  // namespace
 
 TEST(Kernels, RealRuntimeShared) {
@@ -103,12 +137,8 @@ TEST(Kernels, OpaqueHandlesAttachAfterStart) {
 // One probe per launch: at the driver layer alone every launch (runtime, cooperative, host
 // function, driver API) is counted once and named from the naming calls it saw.
 TEST(Kernels, DriverLayerOnlyCountsEachLaunchOnce) {
-  pid_t pid;
   std::string err;
-  auto lines =
-      run_app("standin", false, &pid, {"--count-layer", "driver", "-v"}, {"KERNELS_APP_DRIVER_MODULE=1"}, &err);
-  expect_named(lines, pid, 1);
-  EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  driver_layer_run(false, "", "gemm_drv_kernel", &err);
   EXPECT_NE(err.find("counting at the driver layer alone"), std::string::npos) << err;
 }
 
@@ -117,24 +147,16 @@ TEST(Kernels, DriverLayerOnlyCountsEachLaunchOnce) {
 // (+24 here, not the real driver's +8: learned, not assumed); the module-loaded kernel is
 // named from its object.
 TEST(Kernels, AttachAfterStartNamesDriverObjects) {
-  pid_t pid;
   std::string err;
-  auto lines = run_app("standin", true, &pid, {"--count-layer", "driver", "-v"},
-                       {"KERNELS_APP_DRIVER_MODULE=1", "STANDIN_FUNC_LAYOUT=24"}, &err);
-  expect_named(lines, pid, 1);
-  EXPECT_EQ(final_rows(lines, pid)["gemm_drv_kernel"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  driver_layer_run(true, "24", "gemm_drv_kernel", &err);
   EXPECT_NE(err.find("keeps a kernel's name at +24 of its function objects"), std::string::npos) << err;
 }
 
 // Objects that hold another symbol-like string where names were expected: nothing is
 // learned, no wrong name is shown, the module-loaded kernel stays unknown, and -v says why.
 TEST(Kernels, UnknownDriverLayoutFallsBackWithoutWrongNames) {
-  pid_t pid;
   std::string err;
-  auto lines = run_app("standin", true, &pid, {"--count-layer", "driver", "-v"},
-                       {"KERNELS_APP_DRIVER_MODULE=1", "STANDIN_FUNC_LAYOUT=noname"}, &err);
-  expect_named(lines, pid, 1);
-  EXPECT_EQ(final_rows(lines, pid)["[unknown kernels_app]"], std::make_pair(uint64_t{7}, std::string("kernels_app")));
+  auto lines = driver_layer_run(true, "noname", "[unknown kernels_app]", &err);
   for (auto& l : lines) EXPECT_EQ(l.dump().find("not_this_kernel"), std::string::npos) << l.dump();
   EXPECT_NE(err.find("hold no name that matches"), std::string::npos) << err;
 }
@@ -145,32 +167,21 @@ TEST(Kernels, OneFileUnderTwoNamesIsCountedOnce) {
   std::string link = "/tmp/gstest-libcuda-" + std::to_string(getpid()) + ".so";
   unlink(link.c_str());
   ASSERT_EQ(symlink(drv.c_str(), link.c_str()), 0);
-  Process g({gpuscope_bin(), "kernels", "--json", "--lib", drv, "--lib", link});
-  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
-  Process w({standin_app(), "driver", "2"});
-  pid_t pid = ready_pid(w);
-  EXPECT_EQ(w.wait(20), 0) << w.err();
-  sleep_s(0.5);
-  g.signal(SIGINT);
-  EXPECT_EQ(g.wait(30), 0) << g.err();
+  pid_t pid;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(count_run({drv, link}, {"driver", "2"}, &pid, &out));
   unlink(link.c_str());
-  auto rows = final_rows(parse_lines(g.out()), pid);
-  EXPECT_EQ(rows["kern_a"].first, 5u) << g.out();
-  EXPECT_EQ(rows["kern_b"].first, 3u) << g.out();
+  auto rows = final_rows(parse_lines(out), pid);
+  EXPECT_EQ(rows["kern_a"].first, 5u) << out;
+  EXPECT_EQ(rows["kern_b"].first, 3u) << out;
 }
 
 TEST(Kernels, DriverNames) {
-  std::string drv = standin_lib_dir() + "/libcuda.so.1";
-  Process g({gpuscope_bin(), "kernels", "--json", "--lib", drv});
-  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
-  Process w({standin_app(), "driver", "2"});
-  pid_t pid = ready_pid(w);
-  EXPECT_EQ(w.wait(20), 0) << w.err();
-  sleep_s(0.5);
-  g.signal(SIGINT);
-  EXPECT_EQ(g.wait(30), 0) << g.err();
-  auto rows = final_rows(parse_lines(g.out()), pid);
-  ASSERT_EQ(rows.size(), 2u) << g.out();
+  pid_t pid;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(count_run({standin_lib_dir() + "/libcuda.so.1"}, {"driver", "2"}, &pid, &out));
+  auto rows = final_rows(parse_lines(out), pid);
+  ASSERT_EQ(rows.size(), 2u) << out;
   EXPECT_EQ(rows["kern_a"].first, 5u);
   EXPECT_EQ(rows["kern_b"].first, 3u);
 }
@@ -179,18 +190,13 @@ TEST(Kernels, DriverNames) {
 // the runtime launch's nested driver launch is not counted again.
 TEST(Kernels, CaptureAndGraphs) {
   std::string lib = standin_lib_dir();
-  Process g({gpuscope_bin(), "kernels", "--json", "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13"});
-  ASSERT_TRUE(g.wait_for("gpuscope: counting", 30, true)) << g.err();
-  Process w({standin_app(), "capture"});
-  pid_t pid = ready_pid(w);
-  EXPECT_EQ(w.wait(20), 0) << w.err();
-  sleep_s(0.5);
-  g.signal(SIGINT);
-  EXPECT_EQ(g.wait(30), 0) << g.err();
+  pid_t pid;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(count_run({lib + "/libcuda.so.1", lib + "/libcudart.so.13"}, {"capture"}, &pid, &out));
   uint64_t graph = 0, other = 0;
-  for (auto& [k, v] : final_rows(parse_lines(g.out()), pid)) (k.starts_with("[graph") ? graph : other) += v.first;
-  EXPECT_EQ(graph, 2u) << g.out();
-  EXPECT_EQ(other, 1u) << g.out();
+  for (auto& [k, v] : final_rows(parse_lines(out), pid)) (k.starts_with("[graph") ? graph : other) += v.first;
+  EXPECT_EQ(graph, 2u) << out;
+  EXPECT_EQ(other, 1u) << out;
 }
 
 // A naming call repeated with the same inputs and result (PyTorch repeats some every step) is
@@ -233,11 +239,6 @@ TEST(Kernels, BadInput) {
                                         {"--count-layer", "runtime"},
                                         {"-p", "999999999"},
                                         {"--lib", "/etc/passwd"},
-                                        {"--bogus"}}) {
-    args.insert(args.begin(), {gpuscope_bin(), "kernels"});
-    auto r = run(args);
-    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_TRUE(r.out.empty());
-  }
+                                        {"--bogus"}})
+    expect_usage_error("kernels", args);
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "usage_error.h"
 
 using namespace gstest;
 
@@ -131,11 +132,7 @@ TEST(Latency, BadInputOneLineExit2) {
                                      {"--sample-launches", "0"},
                                      {"--sample-launches", "1.5"},
                                      {"-p", "999999999"}}) {
-    a.insert(a.begin(), {gpuscope_bin(), "latency"});
-    auto r = run(a);
-    EXPECT_EQ(r.exit_code, 2) << a.back();
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    auto r = expect_usage_error("latency", a);
     EXPECT_EQ(r.err.rfind("gpuscope: ", 0), 0u) << r.err;
   }
 }

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "harness.h"
+#include "usage_error.h"
 
 using namespace gstest;
 
@@ -52,6 +53,22 @@ class Memleak {
     return parse_lines(p_->out());
   }
   Process& proc() { return *p_; }
+
+  // A workload run to its end under gpuscope, which was stopped once its summaries were out.
+  struct Ended {
+    pid_t pid = -1;
+    std::string err;  // the workload's
+    std::vector<json> lines;
+  };
+  // Runs `argv` to its end, waits for `summaries` summaries of it, and stops.
+  void run_to_end(const std::vector<std::string>& argv, Ended* e, size_t summaries = 1) {
+    Process w(argv);
+    e->pid = ready_pid(w);
+    ASSERT_EQ(w.wait(20), 0) << w.err();
+    e->err = w.err();
+    ASSERT_TRUE(wait_lines(e->pid, "summary", summaries)) << p_->out();
+    e->lines = stop();
+  }
 
   static std::vector<json> of(const std::vector<json>& lines, pid_t pid, const std::string& type) {
     std::vector<json> r;
@@ -100,13 +117,11 @@ void expect_counts(const json& s, const std::map<std::string, uint64_t>& want) {
 // double free. The report lists exactly the unfreed blocks; runtime calls count once.
 TEST(Memleak, LeakReport) {
   Memleak g;
-  Process w({standin_app(), "leaks"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
-  auto addr = printed_addresses(w.err());
-  ASSERT_EQ(addr.size(), 9u) << w.err();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({standin_app(), "leaks"}, &e));
+  auto& [pid, err, lines] = e;
+  auto addr = printed_addresses(err);
+  ASSERT_EQ(addr.size(), 9u) << err;
 
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
@@ -161,11 +176,9 @@ TEST(Memleak, LeakReport) {
 // either order, an allocation and a free that fail.
 TEST(Memleak, EveryApi) {
   Memleak g;
-  Process w({standin_app(), "memkinds"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({standin_app(), "memkinds"}, &e));
+  auto& [pid, err, lines] = e;
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
   expect_counts(s, {{"allocs_ok", 11}, {"allocs_failed", 1}, {"frees_ok", 7}, {"frees_failed", 1},
@@ -196,11 +209,9 @@ TEST(Memleak, EveryApi) {
 TEST(Memleak, Stacks) {
   Memleak g({"--stacks"});
   // The delay keeps the process alive while gpuscope reads its mappings.
-  Process w({standin_app(), "--delay-ms", "400", "leaks"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({standin_app(), "--delay-ms", "400", "leaks"}, &e));
+  auto& [pid, err, lines] = e;
   auto leaks = final_leaks(lines, pid);
   ASSERT_EQ(leaks.size(), 6u) << g.proc().out();
   for (auto& [size, l] : leaks) {
@@ -372,11 +383,9 @@ TEST(Memleak, Churn) {
 // starts from nothing under the same pid.
 TEST(Memleak, ExecResets) {
   Memleak g;
-  Process w({standin_app(), "exec"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 2)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({standin_app(), "exec"}, &e, 2));
+  auto& [pid, err, lines] = e;
   auto sums = Memleak::of(lines, pid, "summary");
   ASSERT_EQ(sums.size(), 2u) << g.proc().out();
   EXPECT_EQ(sums[0]["state"], "exec");
@@ -403,11 +412,9 @@ TEST(Memleak, CommFilter) {
 // The real libcudart without a GPU: every call fails with cudaErrorInsufficientDriver.
 TEST(Memleak, RealRuntimeFailures) {
   Memleak g({"--lib", cuda_runtime_lib()}, false);
-  Process w({calls_shared(), "3", "0"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({calls_shared(), "3", "0"}, &e));
+  auto& [pid, err, lines] = e;
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
   EXPECT_EQ(s["comm"], "calls_shared");
@@ -497,11 +504,9 @@ TEST(Memleak, ContextsEndTheirAllocations) {
 // is left; the pool block (stream-ordered memory outlives the reset) is freed normally after.
 TEST(Memleak, DeviceResetIsNotALeak) {
   Memleak g;
-  Process w({standin_app(), "device_reset"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({standin_app(), "device_reset"}, &e));
+  auto& [pid, err, lines] = e;
   auto rel = Memleak::of(lines, pid, "context_released");
   ASSERT_EQ(rel.size(), 1u) << g.proc().out();
   EXPECT_EQ(rel[0]["api"], "cudaDeviceReset");
@@ -521,11 +526,9 @@ TEST(Memleak, DeviceResetIsNotALeak) {
 // ended holding memory and nothing is reported as released.
 TEST(Memleak, RealRuntimeDeviceReset) {
   Memleak g({"--lib", cuda_runtime_lib()}, false);
-  Process w({CUDA_FIXTURE_DIR "/ctx_reset"});
-  pid_t pid = ready_pid(w);
-  ASSERT_EQ(w.wait(20), 0) << w.err();
-  ASSERT_TRUE(g.wait_lines(pid, "summary", 1)) << g.proc().out();
-  auto lines = g.stop();
+  Memleak::Ended e;
+  ASSERT_NO_FATAL_FAILURE(g.run_to_end({CUDA_FIXTURE_DIR "/ctx_reset"}, &e));
+  auto& [pid, err, lines] = e;
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
   expect_counts(s, {{"allocs_ok", 0}, {"allocs_failed", 2}, {"outstanding_allocs", 0}});
@@ -537,11 +540,7 @@ TEST(Memleak, BadInput) {
   for (std::vector<std::string> args :
        {std::vector<std::string>{"--interval", "0"}, {"--min-age", "-1"}, {"-p", "999999999"},
         {"--lib", "/etc/passwd"}, {"--lib", "/nonexistent/libcudart.so"}, {"--lib", "/bin/true"}, {"--bogus"}}) {
-    args.insert(args.begin(), {gpuscope_bin(), "memleak"});
-    auto r = run(args);
-    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
+    expect_usage_error("memleak", args);
   }
   std::string state = bpf_state();
   for (const char* prog : {"ml_enter", "ml_exit", "ml_proc_exit", "ml_proc_exec", "ml_dl_change"})

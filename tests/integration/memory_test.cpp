@@ -149,9 +149,9 @@ std::string http_get(int port, const std::string& path) {
 }
 
 // gpuscope agent on a free loopback port, scoped to bigsym_app, without a bridge of its own.
-class Agent {
+class MemAgent {
  public:
-  explicit Agent(std::vector<std::string> extra) {
+  explicit MemAgent(std::vector<std::string> extra) {
     char tmpl[] = "/tmp/gs-mem-XXXXXX";
     dir_ = mkdtemp(tmpl);
     std::vector<std::string> argv = {gpuscope_bin(),     "agent", "--json",          "--listen", "127.0.0.1:0",
@@ -162,7 +162,7 @@ class Agent {
     if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
     port_ = parse_lines(p_->out()).at(0).at("port").get<int>();
   }
-  ~Agent() { fs::remove_all(dir_); }
+  ~MemAgent() { fs::remove_all(dir_); }
   Process& proc() { return *p_; }
   // Kernels of pid in /api/kernels, with launches.
   std::set<std::string> kernels(pid_t pid) {
@@ -187,7 +187,7 @@ class Agent {
 };
 
 // Every kernel of each app is named in the agent's /api/kernels; then the agent's memory.
-Mem agent_names_all(Agent& a, std::vector<std::unique_ptr<App>>& apps) {
+Mem agent_names_all(MemAgent& a, std::vector<std::unique_ptr<App>>& apps) {
   for (auto& app : apps) {
     EXPECT_TRUE(wait_until([&] { return a.kernels(app->pid) == app->kernels; }, 30))
         << "pid " << app->pid << ": " << testing::PrintToString(a.kernels(app->pid)) << " want "
@@ -310,7 +310,7 @@ TEST(Memory, TraceNamesLaunchesFromTheBigLibraryWithinBounds) { trace_case(1); }
 TEST(Memory, TraceThreeCopiesWithinBounds) { trace_case(3); }
 
 TEST(Memory, AgentWithDefaultCollectorsNamesLaunchesWithinBounds) {
-  Agent a({});
+  MemAgent a({});
   auto apps = start_apps(1);
   Mem m = agent_names_all(a, apps);
   for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
@@ -322,7 +322,7 @@ TEST(Memory, AgentWithDefaultCollectorsNamesLaunchesWithinBounds) {
 // memory goes back to the system (the agent keeps running beside other processes).
 TEST(Memory, AgentThreeCopiesWithinBoundsAndGivenBackAfterExit) {
   for (int i = 0; i < 3; i++) library_copy(i);  // before the idle figure
-  Agent a({"--collectors", "kernels"});
+  MemAgent a({"--collectors", "kernels"});
   sleep_s(1);
   Mem idle = mem_of(a.proc().pid());
   auto apps = start_apps(3);

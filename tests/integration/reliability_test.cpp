@@ -380,65 +380,72 @@ pid_t run_leaks_after_attach(Tool& tool, std::unique_ptr<Process>& w) {
   return pid;
 }
 
+// Under a started `tool`: 200 rounds of 4 churning processes, then a `leaks` process started once
+// the libraries are attached, run to its end.
+struct LateAttach {
+  ChurnRounds churn;
+  std::unique_ptr<Process> w;
+  pid_t pid = -1;
+};
+void late_attach(Tool& tool, LateAttach* r) {
+  ASSERT_TRUE(tool.started());
+  r->churn = churn_rounds(200, 4);
+  ASSERT_EQ(r->churn.pids.size(), 800u);
+  r->pid = run_leaks_after_attach(tool, r->w);
+}
+
+// The churn's processes that `tool` reported (the keys of `by_pid`): 95 % at least, and no
+// failed attach in `counters` (its drops or summary line); the figures are recorded.
+template <typename ByPid>
+void expect_churn_seen(const std::string& tool, const ChurnRounds& churn, const ByPid& by_pid, const json& counters,
+                       const std::string& err) {
+  size_t churn_seen = 0;
+  for (pid_t p : churn.pids) churn_seen += by_pid.count(p);
+  // Once one process is caught mapping the libraries, they are held open until attached, and
+  // every later process is seen from its first call (the first ones may come before that).
+  EXPECT_GE(churn_seen, churn.pids.size() * 95 / 100);
+  EXPECT_EQ(counters["attach_failures"], 0);
+  std::string key = "defect1_" + tool + "_";
+  note(key + "churn_processes", std::to_string(churn.pids.size()));
+  note(key + "churn_seconds", std::to_string(churn.seconds));
+  note(key + "churn_reported", std::to_string(churn_seen));
+  note(key + "failed_attach_attempts",
+       std::to_string(failed_attempts(err, standin_rt()) + failed_attempts(err, standin_drv())));
+  note(key + "attach_retries", counters["attach_retries"].dump());
+  note(key + "attach_failures", counters["attach_failures"].dump());
+}
+
 }  // namespace
 
 TEST(Reliability, Defect1LateAttachMemleak) {
   auto g = memleak({"-v", "-c", kComm});
-  ASSERT_TRUE(g->started());
-  auto churn = churn_rounds(200, 4);
-  ASSERT_EQ(churn.pids.size(), 800u);
-  std::unique_ptr<Process> w;
-  pid_t pid = run_leaks_after_attach(*g, w);
-  ASSERT_TRUE(eventually([&] { return final_summaries(g->lines()).count(pid) > 0; }, 20)) << g->proc().out();
+  LateAttach la;
+  ASSERT_NO_FATAL_FAILURE(late_attach(*g, &la));
+  ASSERT_TRUE(eventually([&] { return final_summaries(g->lines()).count(la.pid) > 0; }, 20)) << g->proc().out();
   auto lines = g->stop();
   auto sums = final_summaries(lines);
-  expect_leaks_summary(sums[pid]);
+  expect_leaks_summary(sums[la.pid]);
   size_t leaks = 0;
-  for (auto& l : of_type(lines, pid, "leak")) leaks += l["state"] == "exited";
+  for (auto& l : of_type(lines, la.pid, "leak")) leaks += l["state"] == "exited";
   EXPECT_EQ(leaks, 6u);
   auto drops = of_type(lines, 0, "drops");
   ASSERT_EQ(drops.size(), 1u);
-  size_t churn_seen = 0;
-  for (pid_t p : churn.pids) churn_seen += sums.count(p);
-  // Once one process is caught mapping the libraries, they are held open until attached, and
-  // every later process is seen from its first call (the first ones may come before that).
-  EXPECT_GE(churn_seen, churn.pids.size() * 95 / 100);
-  EXPECT_EQ(drops[0]["attach_failures"], 0);
-  note("defect1_memleak_churn_processes", std::to_string(churn.pids.size()));
-  note("defect1_memleak_churn_seconds", std::to_string(churn.seconds));
-  note("defect1_memleak_churn_reported", std::to_string(churn_seen));
-  note("defect1_memleak_failed_attach_attempts", std::to_string(failed_attempts(g->proc().err(), standin_rt()) +
-                                                                failed_attempts(g->proc().err(), standin_drv())));
-  note("defect1_memleak_attach_retries", drops[0]["attach_retries"].dump());
-  note("defect1_memleak_attach_failures", drops[0]["attach_failures"].dump());
+  expect_churn_seen("memleak", la.churn, sums, drops[0], g->proc().err());
 }
 
 TEST(Reliability, Defect1LateAttachTrace) {
   auto t = trace({"-v", "-c", kComm});
-  ASSERT_TRUE(t->started());
-  auto churn = churn_rounds(200, 4);
-  ASSERT_EQ(churn.pids.size(), 800u);
-  std::unique_ptr<Process> w;
-  pid_t pid = run_leaks_after_attach(*t, w);
-  ASSERT_TRUE(eventually([&] { return trace_counts(t->lines())[pid]["cuMemFree_v2 exit"] >= 1; }, 20))
+  LateAttach la;
+  ASSERT_NO_FATAL_FAILURE(late_attach(*t, &la));
+  ASSERT_TRUE(eventually([&] { return trace_counts(t->lines())[la.pid]["cuMemFree_v2 exit"] >= 1; }, 20))
       << t->proc().out().substr(0, 4000);
   auto lines = t->stop();
   auto counts = trace_counts(lines);
-  EXPECT_EQ(counts[pid], kLeaksTrace);
+  EXPECT_EQ(counts[la.pid], kLeaksTrace);
   auto sum = of_type(lines, 0, "summary");
   ASSERT_EQ(sum.size(), 1u);
   EXPECT_EQ(sum[0]["lost"], 0);
-  size_t churn_seen = 0;
-  for (pid_t p : churn.pids) churn_seen += counts.count(p);
-  EXPECT_GE(churn_seen, churn.pids.size() * 95 / 100);
-  EXPECT_EQ(sum[0]["attach_failures"], 0);
-  note("defect1_trace_churn_processes", std::to_string(churn.pids.size()));
-  note("defect1_trace_churn_seconds", std::to_string(churn.seconds));
-  note("defect1_trace_churn_reported", std::to_string(churn_seen));
-  note("defect1_trace_failed_attach_attempts", std::to_string(failed_attempts(t->proc().err(), standin_rt()) +
-                                                              failed_attempts(t->proc().err(), standin_drv())));
-  note("defect1_trace_attach_retries", sum[0]["attach_retries"].dump());
-  note("defect1_trace_attach_failures", sum[0]["attach_failures"].dump());
+  expect_churn_seen("trace", la.churn, counts, sum[0], t->proc().err());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -455,6 +462,28 @@ const std::map<std::string, int> kDriverTrace = {{"cuMemAlloc_v2 enter", 2},  {"
 const std::map<std::string, int> kChurnTrace = {{"cudaMalloc enter", 2},    {"cudaMalloc exit", 2},
                                                 {"cuMemAlloc_v2 enter", 3}, {"cuMemAlloc_v2 exit", 3},
                                                 {"cuMemFree_v2 enter", 2},  {"cuMemFree_v2 exit", 2}};
+// The same two as memleak counts them at exit.
+const std::map<std::string, uint64_t> kDriverCounts = {{"allocs_ok", 2},          {"allocs_failed", 0},
+                                                       {"frees_ok", 2},           {"bad_frees", 0},
+                                                       {"outstanding_allocs", 0}, {"outstanding_bytes", 0}};
+const std::map<std::string, uint64_t> kChurnCounts = {
+    {"allocs_ok", 2},          {"allocs_failed", 1},       {"frees_ok", 1}, {"bad_frees", 1}, {"double_frees", 1},
+    {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}};
+
+// Whether `by_pid` has a key for each of `pids`.
+template <typename ByPid, typename Pids>
+bool has_every(const ByPid& by_pid, const Pids& pids) {
+  return std::all_of(pids.begin(), pids.end(), [&](pid_t p) { return by_pid.count(p) > 0; });
+}
+
+// memleak's final summary of each of `pids`, with the counts `want`.
+void expect_each_counts(std::map<pid_t, json>& sums, const std::set<pid_t>& pids,
+                        const std::map<std::string, uint64_t>& want) {
+  for (pid_t p : pids) {
+    ASSERT_TRUE(sums.count(p)) << p;
+    expect_counts(sums[p], want);
+  }
+}
 }  // namespace
 
 TEST(Reliability, ChurnSoakThreeTools) {
@@ -478,22 +507,8 @@ TEST(Reliability, ChurnSoakThreeTools) {
   for (int i = 0; i < kProcs; i++) (i % 2 ? churners : drivers).insert(pids[i]);
 
   // Every process's final report: memleak's summary, kernels' exited rows.
-  EXPECT_TRUE(eventually(
-      [&] {
-        auto s = final_summaries(m->lines());
-        for (pid_t p : pids)
-          if (!s.count(p)) return false;
-        return true;
-      },
-      60));
-  EXPECT_TRUE(eventually(
-      [&] {
-        auto r = exited_rows(k->lines());
-        for (pid_t p : drivers)
-          if (!r.count(p)) return false;
-        return true;
-      },
-      60));
+  EXPECT_TRUE(eventually([&] { return has_every(final_summaries(m->lines()), pids); }, 60));
+  EXPECT_TRUE(eventually([&] { return has_every(exited_rows(k->lines()), drivers); }, 60));
   double settle_s = since(t0) - churn_s;
 
   // Nothing of any of them is left in any tool's BPF hash maps.
@@ -528,25 +543,8 @@ TEST(Reliability, ChurnSoakThreeTools) {
   size_t leak_rows = 0;
   for (auto& l : of_type(ml, 0, "leak")) leak_rows += l["state"] == "exited" && churners.count(l["pid"].get<pid_t>());
   EXPECT_EQ(leak_rows, churners.size());
-  for (pid_t p : drivers) {
-    ASSERT_TRUE(sums.count(p)) << p;
-    expect_counts(sums[p], {{"allocs_ok", 2},
-                            {"allocs_failed", 0},
-                            {"frees_ok", 2},
-                            {"bad_frees", 0},
-                            {"outstanding_allocs", 0},
-                            {"outstanding_bytes", 0}});
-  }
-  for (pid_t p : churners) {
-    ASSERT_TRUE(sums.count(p)) << p;
-    expect_counts(sums[p], {{"allocs_ok", 2},
-                            {"allocs_failed", 1},
-                            {"frees_ok", 1},
-                            {"bad_frees", 1},
-                            {"double_frees", 1},
-                            {"outstanding_allocs", 1},
-                            {"outstanding_bytes", 4096}});
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_each_counts(sums, drivers, kDriverCounts));
+  ASSERT_NO_FATAL_FAILURE(expect_each_counts(sums, churners, kChurnCounts));
   auto drops = of_type(ml, 0, "drops");
   ASSERT_EQ(drops.size(), 1u);
   for (const char* f : {"allocs_not_recorded_map_full", "calls_untracked_process_map_full", "events_lost_ringbuf_full",

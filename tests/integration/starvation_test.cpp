@@ -122,6 +122,31 @@ std::string standin_for(int pid, unsigned util = 0) {
   return fmt::format("device 0 util {}\nprocess 0 {} 1048576\n", util, pid);
 }
 
+// A Python fixture (`argv`) burning CPU while its GPU idles, under `gpuscope starvation
+// --collect-ustack` at 199 Hz for 2.2 s: its burner thread, the rows, and starvation's output.
+struct Sampled {
+  int burner = -1;
+  std::vector<json> rows;
+  std::string out, err;
+};
+void sample_python(const std::vector<std::string>& argv, Sampled* r) {
+  PinDir d;
+  StandinFile f;
+  Fixture fx(argv);
+  int pid = fx.pid();
+  ASSERT_GT(pid, 0);
+  f.write(standin_for(pid));
+  Bridge b(d, f);
+  Starvation s(d,
+               {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz", "199"});
+  std::this_thread::sleep_for(2200ms);
+  r->rows = s.stop();
+  r->burner = fx.num("burner");
+  r->out = s.p.out();
+  r->err = s.p.err();
+  kill(pid, SIGKILL);
+}
+
 void check_row_fields(const json& r, int pid, int tid, const std::string& thread) {
   EXPECT_EQ(r["type"], "starvation");
   EXPECT_EQ(r["pid"], pid);
@@ -176,16 +201,9 @@ TEST(StarvationThread, BurnerReportedWithItsCpuTimeStackAndFlameGraph) {
 
   // Folded stacks: weights in ns, summing to the sampled time, which tracks the CPU time.
   std::ifstream in(folded);
-  uint64_t total = 0, known = 0;
-  int lines = 0;
-  for (std::string line; std::getline(in, line); lines++) {
-    auto sp = line.rfind(' ');
-    ASSERT_NE(sp, std::string::npos) << line;
-    uint64_t w = std::stoull(line.substr(sp + 1));
-    total += w;
-    EXPECT_EQ(line.rfind("starv_fixture;burner;", 0), 0u) << line;
-    if (line.find("fixture::preprocess_burn(void*)") != std::string::npos) known += w;
-  }
+  BurnerFolded fo;
+  ASSERT_NO_FATAL_FAILURE(read_burner_folded(in, &fo));
+  auto [lines, total, known] = fo;
   ASSERT_GT(lines, 0);
   auto err = s.p.err();
   auto at = err.find(" ns sampled");
@@ -404,19 +422,10 @@ TEST(StarvationThread, PythonFramesOfOtherVersions) {
   std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
   for (auto& py : found) {
     SCOPED_TRACE(py);
-    PinDir d;
-    StandinFile f;
-    Fixture fx({py, script, "60"});
-    int pid = fx.pid();
-    ASSERT_GT(pid, 0);
-    f.write(standin_for(pid));
-    Bridge b(d, f);
-    Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
-                     "199"});
-    std::this_thread::sleep_for(2200ms);
-    auto rows = s.stop();
+    Sampled s;
+    ASSERT_NO_FATAL_FAILURE(sample_python({py, script, "60"}, &s));
     int named = 0;
-    for (auto& r : rows_of(rows, fx.num("burner"))) {
+    for (auto& r : rows_of(s.rows, s.burner)) {
       std::vector<std::string> st = r["ustack"];
       auto inner = std::find_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::inner_burn ("); });
       if (inner == st.end() || st.end() - inner < 3) continue;
@@ -424,8 +433,7 @@ TEST(StarvationThread, PythonFramesOfOtherVersions) {
       EXPECT_TRUE(inner[1].starts_with("py::middle (" + script + ":")) << r.dump();
       EXPECT_TRUE(inner[2].starts_with("py::outer (" + script + ":")) << r.dump();
     }
-    EXPECT_GE(named, 1) << s.p.out() << s.p.err();
-    kill(pid, SIGKILL);
+    EXPECT_GE(named, 1) << s.out << s.err;
   }
 }
 
@@ -458,20 +466,11 @@ TEST(StarvationThread, PythonVersionWithoutLayoutSaidOnce) {
 
 // A chain deeper than the bound keeps its innermost 64 frames, and the drops line counts it.
 TEST(StarvationThread, PythonChainsPastTheBoundAreCutAndCounted) {
-  PinDir d;
-  StandinFile f;
   std::string script = std::string(PY_FIXTURE_DIR) + "/burn.py";
-  Fixture fx({"/usr/bin/python3", script, "60", "100"});
-  int pid = fx.pid();
-  ASSERT_GT(pid, 0);
-  f.write(standin_for(pid));
-  Bridge b(d, f);
-  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz",
-                   "199"});
-  std::this_thread::sleep_for(2200ms);
-  auto rows = s.stop();
+  Sampled s;
+  ASSERT_NO_FATAL_FAILURE(sample_python({"/usr/bin/python3", script, "60", "100"}, &s));
   int cut = 0;
-  for (auto& r : rows_of(rows, fx.num("burner"))) {
+  for (auto& r : rows_of(s.rows, s.burner)) {
     std::vector<std::string> st = r["ustack"];
     auto py = std::count_if(st.begin(), st.end(), [](auto& x) { return x.starts_with("py::"); });
     if (!has_frame(r["ustack"], "py::inner_burn (")) continue;
@@ -479,12 +478,10 @@ TEST(StarvationThread, PythonChainsPastTheBoundAreCutAndCounted) {
     EXPECT_EQ(py, 64) << r.dump();
     EXPECT_FALSE(has_frame(r["ustack"], "py::Thread._bootstrap (")) << "the outermost frames are the ones cut";
   }
-  EXPECT_GE(cut, 1) << s.p.out() << s.p.err();
+  EXPECT_GE(cut, 1) << s.out << s.err;
   std::smatch m;
-  std::string err = s.p.err();
-  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(Python chains: (\d+) cut at 64 frames)"))) << err;
+  ASSERT_TRUE(std::regex_search(s.err, m, std::regex(R"(Python chains: (\d+) cut at 64 frames)"))) << s.err;
   EXPECT_GT(std::stoull(m[1]), 0u);
-  kill(pid, SIGKILL);
 }
 
 // A GPU process that becomes Python by exec (a launcher script) is looked at again: its rows

@@ -49,6 +49,18 @@ const json& summary_of(const std::vector<json>& ev) {
   return empty;
 }
 
+// A launch's configuration as trace prints it: grid, block, dynamic shared memory, stream,
+// cluster and function.
+void expect_launch(const json& e, const std::vector<int>& grid, const std::vector<int>& block, int shared_mem,
+                   const std::string& stream, const std::vector<int>& cluster, const std::string& func) {
+  EXPECT_EQ(e["grid"], json(grid)) << e.dump();
+  EXPECT_EQ(e["block"], json(block)) << e.dump();
+  EXPECT_EQ(e["shared_mem"], shared_mem) << e.dump();
+  EXPECT_EQ(e["stream"], stream) << e.dump();
+  EXPECT_EQ(e["cluster"], json(cluster)) << e.dump();
+  EXPECT_EQ(e["func"], func) << e.dump();
+}
+
 }  // namespace
 
 TEST(TraceRealCudart, SharedRuntimeCallsAndArguments) {
@@ -239,23 +251,13 @@ TEST(TraceStandin, LaunchConfigStructsAndClusters) {
   auto ev = trace_workload({"--lib", standin_rt(), "--lib", standin_drv()}, {standin_app(), "launch_ex"}, &pid);
   auto rt = select(ev, pid, "cudaLaunchKernelExC", "enter");
   ASSERT_EQ(rt.size(), 1u);
-  EXPECT_EQ(rt[0]["grid"], json::array({8, 4, 2}));
-  EXPECT_EQ(rt[0]["block"], json::array({32, 2, 1}));
-  EXPECT_EQ(rt[0]["shared_mem"], 4096);
-  EXPECT_EQ(rt[0]["stream"], "0x5000");
-  EXPECT_EQ(rt[0]["cluster"], json::array({2, 1, 1}));
-  EXPECT_EQ(rt[0]["func"], "0x1234");
+  expect_launch(rt[0], {8, 4, 2}, {32, 2, 1}, 4096, "0x5000", {2, 1, 1}, "0x1234");
   auto drv = select(ev, pid, "cuLaunchKernelEx", "enter");
   ASSERT_EQ(drv.size(), 2u);
   EXPECT_EQ(drv[0]["grid"], rt[0]["grid"]);  // the runtime's own call into the driver
   EXPECT_EQ(drv[0]["cluster"], json::array({2, 1, 1}));
   EXPECT_EQ(drv[0]["shared_mem"], 4096);
-  EXPECT_EQ(drv[1]["grid"], json::array({3, 2, 1}));
-  EXPECT_EQ(drv[1]["block"], json::array({64, 1, 1}));
-  EXPECT_EQ(drv[1]["shared_mem"], 2048);
-  EXPECT_EQ(drv[1]["stream"], "0x6000");
-  EXPECT_EQ(drv[1]["cluster"], json::array({1, 2, 1}));
-  EXPECT_EQ(drv[1]["func"], "0x5678");
+  expect_launch(drv[1], {3, 2, 1}, {64, 1, 1}, 2048, "0x6000", {1, 2, 1}, "0x5678");
   for (auto& e : select(ev, pid, "", "exit")) EXPECT_EQ(e["ret"], 0);
 }
 

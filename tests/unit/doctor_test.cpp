@@ -2,8 +2,6 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -206,16 +204,7 @@ TEST(Doctor, ChangesNothing) {
   };
   // The kernel frees a closed program after an RCU grace period, so a snapshot counts only
   // once two reads 300 ms apart agree (programs of earlier tests are still going away).
-  auto settled = [&] {
-    std::string a = snapshot(), b;
-    for (int i = 0; i < 30; i++) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      b = snapshot();
-      if (a == b) break;
-      a = b;
-    }
-    return a;
-  };
+  auto settled = [&] { return gstest::settled(snapshot); };
   auto before = settled();
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor >/dev/null").status, 0);
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor --json >/dev/null").status, 0);

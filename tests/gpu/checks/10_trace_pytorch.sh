@@ -6,9 +6,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-export GPUSCOPE=$1 # used by start_tracer
-OUT=$2
-mkdir -p "$OUT"
+export GPUSCOPE # used by start_tracer
 rm -f "$OUT"/{go,workload.out,workload.err,trace.jsonl,trace.err,figures.json}
 
 log "starting workloads/torch_mix.py (warm-up before the tracer attaches)"

@@ -8,11 +8,9 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-export GPUSCOPE=$1 # used by start_tracer
-OUT=$2
+export GPUSCOPE # used by start_tracer
 N=4 M=7 DELAY_MS=1500
 PROG=$GPU_TESTS_DIR/bin/calls_shared
-mkdir -p "$OUT"
 rm -f "$OUT"/{prog.out,prog.err,trace.jsonl,trace.err,figures.json,ldd.txt}
 [[ -x $PROG ]] || skip "$PROG missing (build: nvcc -O1 -cudart shared -o calls_shared tests/fixtures/cuda/calls.cu)"
 

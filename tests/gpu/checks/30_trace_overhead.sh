@@ -6,14 +6,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-PROG=$GPU_TESTS_DIR/bin/launch_loop
-BENCH=$GPU_TESTS_DIR/bin/trace_overhead
-mkdir -p "$OUT"
-[[ -x $PROG ]] || skip "launch_loop missing ($PROG)"
-[[ -x $BENCH ]] || skip "trace_overhead missing ($BENCH)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog launch_loop BENCH=trace_overhead
 timeout 240 "$BENCH" --gpuscope "$GPUSCOPE" --rounds 5 --workload "$PROG 1000" "${PROBE_LIBS[@]}" \
   >"$OUT/overhead.txt" 2>"$OUT/overhead.err" || fail "trace_overhead failed: $(tail -c 300 "$OUT/overhead.err")"
 cat "$OUT/overhead.txt" >&2

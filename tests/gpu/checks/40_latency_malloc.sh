@@ -5,12 +5,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-PROG=$GPU_TESTS_DIR/bin/malloc_loop
-mkdir -p "$OUT"
-[[ -x $PROG ]] || skip "malloc_loop missing ($PROG)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog malloc_loop
 "$GPUSCOPE" latency --json --api cudaMalloc,cudaFree,cuMemAlloc_v2,cuMemFree_v2 -c malloc_loop "${PROBE_LIBS[@]}" -d 90 \
   >"$OUT/latency.jsonl" 2>"$OUT/latency.err" &
 LAT=$!
@@ -19,8 +14,7 @@ sleep 4
 alive "$LAT" || fail "gpuscope latency exited early: $(tail -c 300 "$OUT/latency.err")"
 timeout 60 "$PROG" 1000 >"$OUT/workload.out" 2>&1 || fail "malloc_loop failed: $(tail -c 300 "$OUT/workload.out")"
 sleep 0.5
-kill -TERM "$LAT"
-wait_exit "$LAT" 30
+term_wait "$LAT"
 "$GPUSCOPE" latency --api cudaMalloc -c malloc_loop "${PROBE_LIBS[@]}" -d 12 >"$OUT/latency.txt" 2>&1 &
 TXT=$!
 track "$TXT"

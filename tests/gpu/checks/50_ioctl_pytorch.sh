@@ -4,27 +4,14 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 "$GPUSCOPE" ioctl --json -d 120 >"$OUT/ioctl.jsonl" 2>"$OUT/ioctl.err" &
 IO=$!
 track "$IO"
 sleep 3
 alive "$IO" || fail "gpuscope ioctl exited early: $(tail -c 300 "$OUT/ioctl.err")"
-timeout 120 python3 - >"$OUT/workload.out" 2>&1 <<'PY' || fail "workload failed: $(tail -c 300 "$OUT/workload.out")"
-import os, torch
-print("pid", os.getpid(), flush=True)
-model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(20):
-    x = torch.randn(256, 512, device="cuda"); y = torch.randint(0, 10, (256,), device="cuda")
-    loss = torch.nn.functional.cross_entropy(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
-torch.cuda.synchronize()
-print("done", flush=True)
-PY
-kill -TERM "$IO"
-wait_exit "$IO" 30
+timeout 120 python3 "$GPU_TESTS_DIR/workloads/torch_small.py" >"$OUT/workload.out" 2>&1 ||
+  fail "workload failed: $(tail -c 300 "$OUT/workload.out")"
+term_wait "$IO"
 PID=$(awk '/^pid/ {print $2}' "$OUT/workload.out")
 python3 - "$OUT/ioctl.jsonl" "$PID" <<'PY'
 import json, sys, collections

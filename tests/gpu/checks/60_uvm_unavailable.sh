@@ -5,12 +5,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-PROG=$GPU_TESTS_DIR/bin/malloc_loop
-mkdir -p "$OUT"
-[[ -x $PROG ]] || skip "malloc_loop missing ($PROG)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog malloc_loop
 "$PROG" 3000 >"$OUT/workload.out" 2>&1 &
 W=$!
 track "$W"

@@ -7,9 +7,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 cat >"$OUT/busy.py" <<'PY'
 import os, sys, time, torch
 mode, secs = sys.argv[1], float(sys.argv[2])

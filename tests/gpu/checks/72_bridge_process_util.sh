@@ -8,9 +8,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 PIN=/sys/fs/bpf/gpuscope-check72
 # A fresh host has no bpffs at /sys/fs/bpf (the bridge mounts it for its default directory only).
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf

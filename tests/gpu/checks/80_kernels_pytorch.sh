@@ -8,12 +8,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
-LIBCUDA=$(ld_cache_libcuda)
-LIBS=()
-if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+libcuda_libs
 summary=()
 rc_all=0
 for mode in before running; do
@@ -27,10 +22,7 @@ for mode in before running; do
   track "$WL"
   wait_for "$D/workload.out" '^READY ' 120 "$WL" || fail "workload ($mode) not READY: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
   log "gpuscope kernels --json --interval 0.25 -p $WL ${LIBS[*]}"
-  "$GPUSCOPE" kernels -v --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150 >"$D/kernels.jsonl" 2>"$D/kernels.err" &
-  KP=$!
-  track "$KP"
-  wait_for "$D/kernels.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$D/kernels.err")"
+  start_kernels "$D/kernels" -v --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150
   # The same process, seen by a second, human-readable instance: the top rows at the end.
   "$GPUSCOPE" kernels --interval 60 --top 15 -p "$WL" "${LIBS[@]}" -d 150 >"$D/table.txt" 2>"$D/table.err" &
   TP=$!
@@ -40,10 +32,7 @@ for mode in before running; do
   wait_exit "$WL" 120
   [[ $WAIT_RC == 0 ]] || fail "workload ($mode) exited with $WAIT_RC: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
   # With -p, gpuscope ends when the process has; give it the final rows.
-  wait_exit "$KP" 30
-  wait_exit "$TP" 30
-  stop "$KP" 5
-  stop "$TP" 5
+  wait_stop "$KP" "$TP"
   grep -v '^libbpf' "$D/kernels.err" | grep -E 'counting at|kernels:' >"$D/naming.txt" || true
   cat "$D/naming.txt" >&2
   r=0

@@ -9,31 +9,21 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-export GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
+export GPUSCOPE
 D=${WORK:-/tmp/gpuscope-81}
 rm -rf "$D"
 mkdir -p "$D"
-LIBCUDA=$(ld_cache_libcuda)
-LIBS=()
-if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+libcuda_libs
 python3 -u -B "$GPU_TESTS_DIR/workloads/torch_train.py" running "$D/go" "$D" >"$D/workload.out" 2>"$D/workload.err" &
 WL=$!
 track "$WL"
 wait_for "$D/workload.out" '^READY ' 120 "$WL" || fail "workload not READY: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
 start_tracer "$D/trace" -v --layer driver -p "$WL" "${LIBS[@]}" -d 150
-"$GPUSCOPE" kernels -v --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150 >"$D/kernels.jsonl" 2>"$D/kernels.err" &
-KP=$!
-track "$KP"
-wait_for "$D/kernels.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$D/kernels.err")"
+start_kernels "$D/kernels" -v --json --interval 0.25 -p "$WL" "${LIBS[@]}" -d 150
 touch "$D/go"
 wait_exit "$WL" 120
 [[ $WAIT_RC == 0 ]] || fail "workload exited with $WAIT_RC: $(tail -c 600 "$D/workload.err" | tr '\n' ' ')"
-wait_exit "$TRACER_PID" 30
-wait_exit "$KP" 30
-stop "$TRACER_PID" 5
-stop "$KP" 5
+wait_stop "$TRACER_PID" "$KP"
 grep -v '^libbpf' "$D/trace.err" | grep -E 'kernels:|events' >"$OUT/trace_notes.txt" || true
 python3 -B - "$D/trace.jsonl" "$D/kernels.jsonl" "$WL" >"$OUT/result.txt" <<'PY' || true
 import collections, json, sys

@@ -21,9 +21,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 LIB=$(dirname "$GPUSCOPE")/libgpuscope-cupti.so
 FLOOR=$GPU_TESTS_DIR/bin/libcupti-floor.so
 [[ -f $LIB ]] || skip "libgpuscope-cupti.so not beside $GPUSCOPE"

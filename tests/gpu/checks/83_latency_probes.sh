@@ -11,9 +11,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 D=${WORK:-/tmp/gpuscope-83}
 rm -rf "$D"
 mkdir -p "$D"
@@ -22,10 +19,7 @@ PER=${GS83_ROUNDS:-8}
 modes=(off legacy session sampled default)
 ROUNDS=$((PER * ${#modes[@]} + 10))
 
-python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
-SW=$!
-track "$SW"
-wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
+start_steps "$D/go" "$ROUNDS"
 
 # start_latency PREFIX ARGS...: gpuscope latency in the background until it says "timing".
 start_latency() {
@@ -40,8 +34,7 @@ start_latency() {
 # 1. The probes table: 10 rounds (4000 steps) under latency on every row.
 start_latency "$D/probes" --api "$ALL" -v
 for ((r = 0; r < 10; r++)); do
-  touch "$D/go$r"
-  wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
+  run_round "$D/go" "$r"
 done
 stop "$LAT_PID" 30
 grep -E '"type":"probes"' "$D/probes.jsonl" >"$OUT/probes.jsonl" || true
@@ -60,23 +53,15 @@ for ((i = 0; i < PER * ${#modes[@]}; i++)); do
     default) start_latency "$D/r$r" ;;
   esac
   echo "$r $mode" >>"$D/modes.txt"
-  touch "$D/go$r"
-  wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
+  run_round "$D/go" "$r"
   [[ $mode == off ]] || stop "$LAT_PID" 30
 done
 wait_exit "$SW" 30
 cp "$D/steps.out" "$D/modes.txt" "$OUT/"
-python3 -B - "$D/steps.out" "$D/modes.txt" "$OUT/probes.jsonl" >"$OUT/figures.txt" <<'PY'
-import json, statistics, sys
-modes = dict(l.split() for l in open(sys.argv[2]))
-by = {}
-for line in open(sys.argv[1]):
-    if line.startswith("ROUND "):
-        j = json.loads(line[6:])
-        m = modes.get(str(j["round"]))
-        if m:
-            by.setdefault(m, []).extend(j["step_ms"])
-med = {m: statistics.median(v) for m, v in by.items()}
+PYTHONPATH=$GPU_TESTS_DIR/lib${PYTHONPATH:+:$PYTHONPATH} python3 -B - "$D/steps.out" "$D/modes.txt" "$OUT/probes.jsonl" >"$OUT/figures.txt" <<'PY'
+import json, step_times, sys
+by = step_times.by_mode(sys.argv[1], sys.argv[2])
+med = step_times.medians(by)
 print("step time medians: " + ", ".join("%s %.4f ms (%.3fx)" % (m, med[m], med[m] / med["off"]) for m in med))
 steps = 4000
 for line in open(sys.argv[3]):

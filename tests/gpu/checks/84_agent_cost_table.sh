@@ -20,12 +20,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
-LIBCUDA=$(ld_cache_libcuda)
-LIBS=()
-if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+libcuda_libs
 D=${WORK:-/tmp/gpuscope-84}
 rm -rf "$D"
 mkdir -p "$D"
@@ -85,10 +80,7 @@ proc_counters() {
 scrape() { curl -sf "http://127.0.0.1:$1/metrics" | grep -E '^(gpuscope_bpf_program_|process_cpu_seconds_total)' || true; }
 agent_port() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$1"; }
 
-"${PIN_WL[@]}" python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
-SW=$!
-track "$SW"
-wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
+start_steps "$D/go" "$ROUNDS" "${PIN_WL[@]}"
 : >"$D/modes.txt"
 for ((r = 0; r < ROUNDS; r++)); do
   mode=${ORDER[$r]}
@@ -117,8 +109,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   [[ $mode == agent* || ($mode != off && $mode != floor) ]] && is_agent=1
   if [[ $STATS == 1 && $is_agent == 1 ]]; then scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m0_r$r.prom"; fi
   c0=$(proc_counters "$SW")
-  touch "$D/go$r"
-  wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
+  run_round "$D/go" "$r"
   echo "$r $mode $c0 $(proc_counters "$SW")" >>"$D/counters.txt"
   if [[ $STATS == 1 && $is_agent == 1 ]]; then
     sleep 1.2 # a refresh after the round
@@ -134,15 +125,10 @@ done
 wait_exit "$SW" 30
 cp "$D/modes.txt" "$D/steps.out" "$OUT/"
 r1=0
-python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r1=$?
-import json, statistics, sys
-modes = dict(l.split() for l in open(sys.argv[2]))
-by = {}
-for line in open(sys.argv[1]):
-    if line.startswith("ROUND "):
-        j = json.loads(line[6:])
-        by.setdefault(modes[str(j["round"])], []).extend(j["step_ms"])
-med = {m: statistics.median(v) for m, v in by.items()}
+PYTHONPATH=$GPU_TESTS_DIR/lib${PYTHONPATH:+:$PYTHONPATH} python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r1=$?
+import step_times, sys
+by = step_times.by_mode(sys.argv[1], sys.argv[2])
+med = step_times.medians(by)
 off, fl = med["off"], med.get("floor", float("nan")) - med["off"]
 print("step time medians (ratio to off; added cost in floors): " + ", ".join(
     "%s %.4f ms (%.3fx; %.2f)" % (m, v, v / off, (v - off) / fl if fl > 0 else float("nan")) for m, v in med.items()))

@@ -10,14 +10,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-PROG=$GPU_TESTS_DIR/bin/launch_loop
-BENCH=$GPU_TESTS_DIR/bin/kernels_overhead
-mkdir -p "$OUT"
-[[ -x $PROG ]] || skip "launch_loop missing ($PROG)"
-[[ -x $BENCH ]] || skip "kernels_overhead missing ($BENCH)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog launch_loop BENCH=kernels_overhead
 # More rounds (GS85_ROUNDS) narrow the medians; the workload is pinned to one CPU where the host
 # has several, so that a migration does not land in one mode's rounds only.
 ROUNDS=${GS85_ROUNDS:-5}

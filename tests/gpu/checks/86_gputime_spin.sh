@@ -11,10 +11,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
 PROG=$GPU_TESTS_DIR/bin/spin_kernels
-mkdir -p "$OUT"
 [[ -x $PROG ]] || skip "spin_kernels missing ($PROG)"
 [[ -f $(dirname "$GPUSCOPE")/libgpuscope-cupti.so ]] || skip "libgpuscope-cupti.so not beside $GPUSCOPE"
 probe_libs_for "$PROG" "$OUT/ldd.txt"

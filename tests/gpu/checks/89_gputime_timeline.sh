@@ -7,9 +7,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 CHECKER=$GPU_TESTS_DIR/bin/check_timeline.py
 [[ -f $CHECKER ]] || skip "check_timeline.py missing ($CHECKER)"
 [[ -f $(dirname "$GPUSCOPE")/libgpuscope-cupti.so ]] || skip "libgpuscope-cupti.so not beside $GPUSCOPE"

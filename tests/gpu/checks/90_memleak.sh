@@ -9,12 +9,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
-PROG=$GPU_TESTS_DIR/bin/leak_app
-[[ -x $PROG ]] || skip "leak_app missing ($PROG)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog leak_app
 
 "$GPUSCOPE" memleak --json --stacks -c leak_app "${PROBE_LIBS[@]}" -d 60 >"$OUT/leak_app.jsonl" 2>"$OUT/leak_app.err" &
 ML=$!
@@ -23,8 +18,7 @@ sleep 4
 alive "$ML" || fail "memleak exited early: $(tail -c 300 "$OUT/leak_app.err")"
 timeout 60 "$PROG" >"$OUT/leak_app.out" 2>&1 || fail "leak_app failed: $(tail -c 300 "$OUT/leak_app.out")"
 sleep 1
-kill -TERM "$ML"
-wait_exit "$ML" 30
+term_wait "$ML"
 ra=0
 python3 - "$OUT/leak_app.jsonl" "$OUT/leak_app.out" >"$OUT/a.result" <<'PY' || ra=$?
 import json, re, sys

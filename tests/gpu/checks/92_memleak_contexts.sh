@@ -10,12 +10,7 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
-PROG=$GPU_TESTS_DIR/bin/ctx_reset
-[[ -x $PROG ]] || skip "ctx_reset missing ($PROG)"
-probe_libs_for "$PROG" "$OUT/ldd.txt"
+need_prog ctx_reset
 
 "$GPUSCOPE" memleak --json -c ctx_reset "${PROBE_LIBS[@]}" -d 60 >"$OUT/ctx_reset.jsonl" 2>"$OUT/ctx_reset.err" &
 ML=$!
@@ -24,8 +19,7 @@ start_tracer "$OUT/trace" -c ctx_reset "${PROBE_LIBS[@]}"
 wait_for "$OUT/ctx_reset.err" 'tracking' 60 "$ML" || fail "memleak did not start: $(tail -c 300 "$OUT/ctx_reset.err")"
 timeout 60 "$PROG" >"$OUT/ctx_reset.out" 2>&1 || fail "ctx_reset failed: $(tail -c 300 "$OUT/ctx_reset.out")"
 sleep 1
-kill -TERM "$ML"
-wait_exit "$ML" 30
+term_wait "$ML"
 stop_tracer "$OUT/trace"
 ra=0
 python3 - "$OUT/ctx_reset.jsonl" "$OUT/ctx_reset.out" "$OUT/trace.jsonl" >"$OUT/a.result" <<'PY' || ra=$?
@@ -80,8 +74,7 @@ wait_for "$OUT/devices.out" '^READY' 90 "$WL" || fail "devices.py not ready: $(t
 touch "$OUT/go"
 wait_exit "$WL" 100
 sleep 2
-kill -TERM "$ML"
-wait_exit "$ML" 30
+term_wait "$ML"
 rb=0
 python3 - "$OUT/devices.jsonl" "$OUT/devices.out" >"$OUT/b.result" <<'PY' || rb=$?
 import json, sys

@@ -11,19 +11,8 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 python3 -c 'import torch' 2>/dev/null || skip "no PyTorch for python3"
-BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
-PIN=$BPFFS/gs$$
-mkdir -p "$PIN"
-trap '_cleanup; rm -rf "$PIN"' EXIT
-"$GPUSCOPE" bridge --pin-dir "$PIN" --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
-BR=$!
-track "$BR"
-sleep 3
-alive "$BR" || fail "bridge exited: $(tail -c 300 "$OUT/bridge.err")"
+start_bridge
 results=()
 for mode in plain xperf; do
   rm -f "$OUT/$mode".*

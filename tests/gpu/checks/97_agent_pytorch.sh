@@ -12,13 +12,8 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
-LIBCUDA=$(ld_cache_libcuda)
-LIBS=()
-if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+libcuda_libs
 D=${WORK:-/tmp/gpuscope-97}
 rm -rf "$D"
 mkdir -p "$D/scrapes"
@@ -67,10 +62,7 @@ cat "$OUT/counts.txt" >&2
 # 2. Step time: off, kernels, all, repeated; medians compared within this one run.
 ROUNDS=12
 FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
-python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/step_go" "$ROUNDS" 400 >"$D/steps.out" 2>"$D/steps.err" &
-SW=$!
-track "$SW"
-wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
+start_steps "$D/step_go" "$ROUNDS"
 modes=(off floor kernels all)
 for ((r = 0; r < ROUNDS; r++)); do
   mode=${modes[$((r % 4))]}
@@ -88,21 +80,15 @@ for ((r = 0; r < ROUNDS; r++)); do
     all) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" ;;
   esac
   echo "$r $mode" >>"$D/modes.txt"
-  touch "$D/step_go$r"
-  wait_for "$D/steps.out" "^ROUND \\{\"round\": $r," 120 "$SW" || fail "round $r did not finish"
+  run_round "$D/step_go" "$r"
   [[ $mode == off ]] || stop "$AGENT_PID" 30
 done
 wait_exit "$SW" 30
 r2=0
-python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r2=$?
-import json, statistics, sys
-modes = dict(l.split() for l in open(sys.argv[2]))
-by = {}
-for line in open(sys.argv[1]):
-    if line.startswith("ROUND "):
-        j = json.loads(line[6:])
-        by.setdefault(modes[str(j["round"])], []).extend(j["step_ms"])
-med = {m: statistics.median(v) for m, v in by.items()}
+PYTHONPATH=$GPU_TESTS_DIR/lib${PYTHONPATH:+:$PYTHONPATH} python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r2=$?
+import step_times, sys
+by = step_times.by_mode(sys.argv[1], sys.argv[2])
+med = step_times.medians(by)
 line = "step time medians: off %.4f ms, kernels %.4f ms (ratio %.4f), all collectors %.4f ms (ratio %.4f)" % (
     med["off"], med["kernels"], med["kernels"] / med["off"], med["all"], med["all"] / med["off"])
 if "floor" in med:

@@ -10,9 +10,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || skip "no torch with CUDA"
 D=${WORK:-/tmp/gpuscope-98}
@@ -21,9 +18,7 @@ PINS=$BPFFS/gs98-$$
 rm -rf "$D"
 mkdir -p "$D" "$PINS"
 trap '_cleanup; rm -rf "$PINS"' EXIT
-LIBCUDA=$(ld_cache_libcuda)
-LIBS=()
-if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+libcuda_libs
 
 hold() {  # NAME MIB: allocates MIB on cuda:0 once D/go-NAME exists, holds until D/end exists
   python3 -u -B -c '

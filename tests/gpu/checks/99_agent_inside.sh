@@ -12,9 +12,6 @@
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 source "$(dirname "$0")/../lib/common.sh"
-GPUSCOPE=$1
-OUT=$2
-mkdir -p "$OUT"
 command -v curl >/dev/null || skip "curl missing"
 BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
 PD=$BPFFS/gs99-$$
@@ -38,25 +35,7 @@ grep -q 'the agent runs one' "$OUT/agent.err" || fail "the agent did not run its
 sleep 1
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/devices.prom" || fail "no scrape"
 
-timeout 150 python3 - >"$OUT/workload.out" 2>&1 <<'PY' &
-import ctypes, os, threading, time
-ctypes.CDLL(None).prctl(15, b"gs98torch", 0, 0, 0)  # PR_SET_NAME, inherited by torch's threads
-import torch
-print("pid", os.getpid(), flush=True)
-model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(20):
-    x = torch.randn(256, 512, device="cuda"); y = torch.randint(0, 10, (256,), device="cuda")
-    loss = torch.nn.functional.cross_entropy(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
-torch.cuda.synchronize()
-def burn():
-    end = time.time() + 6
-    n = 0
-    while time.time() < end:
-        n += 1
-t = threading.Thread(target=burn); t.start(); t.join()
-print("done", flush=True)
-PY
+timeout 150 python3 "$GPU_TESTS_DIR/workloads/torch_small.py" gs98torch 6 >"$OUT/workload.out" 2>&1 &
 WL=$!
 track "$WL"
 wait_for "$OUT/workload.out" '^done' 150 "$WL" || true
@@ -70,8 +49,7 @@ curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after.prom" || fail "no scrape 
 sleep 2.5 # a refresh after that scrape
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after2.prom" || fail "no second scrape after the workload"
 curl -sf "http://127.0.0.1:$PORT/api/health" >"$OUT/health.json" || true
-kill -TERM "$IO"
-wait_exit "$IO" 30
+term_wait "$IO"
 stop "$AG" 30
 cleanup_pins
 PID=$(awk '/^pid/ {print $2}' "$OUT/workload.out")

@@ -13,6 +13,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_events as te  # noqa: E402
+
 LINE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
 LAB = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -36,11 +39,7 @@ def parse(path, pid):
 
 def main():
     d, wl_out, pid, fig = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    res = None
-    with open(wl_out) as f:
-        for line in f:
-            if line.startswith("RESULT "):
-                res = json.loads(line[7:])
+    res = te.tagged_json(wl_out, "RESULT")
     if not res:
         print("no RESULT line from the workload")
         return 1

@@ -15,8 +15,12 @@ Reports the share of window launches left `[unknown ...]`, and the top rows.
 Exit 0 when the counts agree, 1 otherwise."""
 import collections
 import json
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_events as te  # noqa: E402
 
 
 def norm(name):
@@ -29,11 +33,7 @@ def by_name(d, name):
 
 def main():
     rows_path, wl_path, pid, mode, fig_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-    result = None
-    with open(wl_path) as f:
-        for line in f:
-            if line.startswith("RESULT "):
-                result = json.loads(line[7:])
+    result = te.tagged_json(wl_path, "RESULT")
     if not result:
         print("FAIL: no RESULT line from the workload")
         return 1

@@ -6,7 +6,6 @@ Requires: exactly M runtime launch enters and M driver launch enters with those
 dimensions, N cudaMalloc exits with cudaSuccess and a non-zero ptr, no lost events.
 Reports (without failing) whether the runtime's func handles equal the driver's.
 Prints the figures on stderr, one `PASS|FAIL 20_trace_known_launch: ...` line; exit 0/1."""
-import json
 import os
 import sys
 
@@ -44,22 +43,14 @@ def main(trace_path, pid, n, m, fig_path):
         "events_for_pid": len(mine), "events_other_pids": len(events) - len(mine),
         "all_calls": te.histogram(mine), "bad_lines": bad, "summary": summary,
     }
-    with open(fig_path, "w") as f:
-        json.dump(fig, f, indent=1, sort_keys=True)
-    print(json.dumps(fig, indent=1, sort_keys=True), file=sys.stderr)
+    te.write_figures(fig_path, fig)
 
     funcs = ("runtime func == driver func (%s)" % ",".join(rt_funcs) if fig["funcs_equal"] else
              "NOTE runtime func %s != driver func %s" % (",".join(rt_funcs) or "-", ",".join(drv_funcs) or "-"))
     line = ("%d/%d runtime and %d/%d driver launches of (11,22,33)x(4,5,6) [%s | %s], %d/%d cudaMalloc ok; %s; lost %s"
             % (len(rt), m, len(drv), m, ",".join(sorted({e["api"] for e in rt})) or "-",
                ",".join(sorted({e["api"] for e in drv})) or "-", len(ok_mallocs), n, funcs, lost))
-    problems = []
-    if not mine:
-        problems.append("no events for pid %d (probes not attached? see trace.err)" % pid)
-    if summary is None:
-        problems.append("no summary line")
-    elif lost:
-        problems.append("%d events lost" % lost)
+    problems = te.problems_of(mine, summary, lost, pid)
     if len(rt) != m:
         problems.append("%d runtime launches, expected %d" % (len(rt), m))
     if len(drv) != m:
@@ -67,17 +58,8 @@ def main(trace_path, pid, n, m, fig_path):
     if len(mallocs) != n or len(ok_mallocs) != n:
         problems.append("%d cudaMalloc exits, %d with cudaSuccess and ptr != 0, expected %d"
                         % (len(mallocs), len(ok_mallocs), n))
-    if problems:
-        return "; ".join(problems) + " -- " + line
-    print("PASS %s: %s" % (NAME, line))
-    return None
+    return te.verdict(NAME, problems, line)
 
 
 if __name__ == "__main__":
-    try:
-        err = main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
-    except Exception as exc:  # a parsing bug must still end in one FAIL line
-        err = "analysis error: %r" % (exc,)
-    if err:
-        print("FAIL %s: %s" % (NAME, err))
-        sys.exit(1)
+    te.run_main(NAME, lambda: main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))

@@ -5,7 +5,6 @@ Driver-layer launches that gpuscope saw in torch_mix.py's measured window agains
 kernels the PyTorch profiler (CUPTI) saw there:
   uncaptured cuLaunchKernel[Ex] enters + graph nodes x cuGraphLaunch enters == profiler kernels.
 Prints the figures on stderr, one `PASS|FAIL 10_trace_pytorch: ...` line on stdout; exit 0/1."""
-import json
 import os
 import sys
 
@@ -73,9 +72,7 @@ def main(trace_path, wl_path, pid, fig_path):
         "trace_summary": summary,
         "window_ms": (res["t1"] - res["t0"]) / 1e6,
     }
-    with open(fig_path, "w") as f:
-        json.dump(fig, f, indent=1, sort_keys=True)
-    print(json.dumps(fig, indent=1, sort_keys=True), file=sys.stderr)
+    te.write_figures(fig_path, fig)
 
     per_phase = ", ".join("%s %s/%s" % (k, v["trace_kernels"], v["per_op_profile_kernels"]) for k, v in phases.items())
     line = ("trace %d uncaptured cuLaunchKernel[Ex] + %d graph nodes x %d cuGraphLaunch = %d, profiler %d kernels"
@@ -84,30 +81,15 @@ def main(trace_path, wl_path, pid, fig_path):
             % (uncaptured, nodes, graph_launches, expected, res["prof_kernels"], info.get("by_events"),
                res.get("expected_from_ops"), per_phase, fig["trace_capture_launches_captured"],
                fig["trace_capture_launches_uncaptured"], lost))
-    problems = []
-    if not mine:
-        problems.append("no events for pid %d (probes not attached? see trace.err)" % pid)
-    if summary is None:
-        problems.append("no summary line")
-    elif lost:
-        problems.append("%d events lost" % lost)
+    problems = te.problems_of(mine, summary, lost, pid)
     if uncaptured == 0:
         problems.append("no uncaptured launches in the window")
     if graph_launches != replays:
         problems.append("%d cuGraphLaunch in the window, expected %d" % (graph_launches, replays))
     if expected != res["prof_kernels"]:
         problems.append("trace count %d != profiler count %d" % (expected, res["prof_kernels"]))
-    if problems:
-        return "; ".join(problems) + " -- " + line
-    print("PASS %s: %s" % (NAME, line))
-    return None
+    return te.verdict(NAME, problems, line)
 
 
 if __name__ == "__main__":
-    try:
-        err = main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    except Exception as exc:  # a parsing bug must still end in one FAIL line
-        err = "analysis error: %r" % (exc,)
-    if err:
-        print("FAIL %s: %s" % (NAME, err))
-        sys.exit(1)
+    te.run_main(NAME, lambda: main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))

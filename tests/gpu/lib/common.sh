@@ -1,11 +1,15 @@
-# shellcheck shell=bash disable=SC2034  # WAIT_RC, TRACER_PID, PROBE_LIBS are for the caller
-# Shared helpers for the GPU-host checks; sourced by checks/*.sh (which set -euo pipefail).
-# Callers set GPUSCOPE (the binary) before start_tracer.
+# shellcheck shell=bash disable=SC2034  # WAIT_RC, TRACER_PID, PROBE_LIBS, ... are for the caller
+# Shared helpers for the GPU-host checks; sourced by checks/*.sh (which set -euo pipefail) with
+# the check's arguments, GPUSCOPE_BIN OUT_DIR: GPUSCOPE is the binary, OUT the folder for the
+# check's raw outputs (made here).
 # A check prints one last line on stdout: "PASS name: figures", "FAIL name: reason" or
 # "SKIP name: reason", and exits 0, 1 or 77. Progress goes to stderr.
 
 GPU_TESTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHECK_NAME=${CHECK_NAME:-$(basename "$0" .sh)}
+GPUSCOPE=$1
+OUT=$2
+mkdir -p "$OUT"
 _GS_PIDS=()
 
 log() { echo "[$CHECK_NAME $(date +%T)] $*" >&2; }
@@ -61,6 +65,31 @@ wait_exit() {
   wait "$pid" || WAIT_RC=$?
 }
 
+# term_wait PID: SIGTERM (gpuscope prints its last rows and exits), then wait_exit PID 30.
+term_wait() {
+  kill -TERM "$1"
+  wait_exit "$1" 30
+}
+
+# wait_stop PID...: waits up to 30 s for each PID to exit (a gpuscope with -p ends when its
+# process has, after its final rows), then stops those left (5 s).
+wait_stop() {
+  local p
+  for p in "$@"; do wait_exit "$p" 30; done
+  for p in "$@"; do stop "$p" 5; done
+}
+
+# start_kernels PREFIX ARGS...: "$GPUSCOPE kernels ARGS" in the background, stdout to
+# PREFIX.jsonl, stderr to PREFIX.err; waits until it is counting. Sets KP.
+start_kernels() {
+  local prefix=$1
+  shift
+  "$GPUSCOPE" kernels "$@" >"$prefix.jsonl" 2>"$prefix.err" &
+  KP=$!
+  track "$KP"
+  wait_for "$prefix.err" 'counting launches' 60 "$KP" || fail "kernels did not start: $(tail -c 400 "$prefix.err")"
+}
+
 # start_tracer OUT_PREFIX ARGS...: "$GPUSCOPE trace --json ARGS" in the background,
 # stdout to OUT_PREFIX.jsonl, stderr to OUT_PREFIX.err; waits until it says "tracing".
 # Sets TRACER_PID.
@@ -99,6 +128,27 @@ stop_tracer() {
 # The driver's libcuda.so.1 from the ld cache (x86-64 entry), empty if none.
 ld_cache_libcuda() {
   { ldconfig -p 2>/dev/null || true; } | awk '$1 == "libcuda.so.1" && /x86-64/ && !n++ { print $NF }'
+}
+
+# libcuda_libs: LIBCUDA (ld_cache_libcuda) and LIBS, "--lib LIBCUDA" where there is one.
+libcuda_libs() {
+  LIBCUDA=$(ld_cache_libcuda)
+  LIBS=()
+  if [[ -n $LIBCUDA && -f $LIBCUDA ]]; then LIBS+=(--lib "$LIBCUDA"); fi
+}
+
+# need_prog NAME [VAR=BIN...]: PROG=tests/gpu/bin/NAME and each VAR=tests/gpu/bin/BIN, or SKIP for
+# the first one missing; then probe_libs_for PROG (OUT/ldd.txt).
+need_prog() {
+  local a bin
+  PROG=$GPU_TESTS_DIR/bin/$1
+  [[ -x $PROG ]] || skip "$1 missing ($PROG)"
+  for a in "${@:2}"; do
+    bin=$GPU_TESTS_DIR/bin/${a#*=}
+    [[ -x $bin ]] || skip "${a#*=} missing ($bin)"
+    printf -v "${a%%=*}" '%s' "$bin"
+  done
+  probe_libs_for "$PROG" "$OUT/ldd.txt"
 }
 
 # Directories of the CUDA libraries shipped in the Python wheels (nvidia/*/lib, torch/lib).
@@ -166,4 +216,36 @@ bpffs_dir() {
   mkdir -p "$d"
   mountpoint -q "$d" || mount -t bpf bpf "$d" || return 1
   echo "$d"
+}
+
+# start_bridge: `gpuscope bridge` on the real NVML, polling every 100 ms for up to 200 s, its pins
+# in PIN, a fresh folder on bpffs removed at exit, its stderr in OUT/bridge.err. Sets BR.
+start_bridge() {
+  BPFFS=$(bpffs_dir) || fail "no bpffs could be mounted"
+  PIN=$BPFFS/gs$$
+  mkdir -p "$PIN"
+  trap '_cleanup; rm -rf "$PIN"' EXIT
+  "$GPUSCOPE" bridge --pin-dir "$PIN" --poll-interval-ms 100 -d 200 >/dev/null 2>"$OUT/bridge.err" &
+  BR=$!
+  track "$BR"
+  sleep 3
+  alive "$BR" || fail "bridge exited: $(tail -c 300 "$OUT/bridge.err")"
+}
+
+# start_steps GO ROUNDS [WRAP...]: workloads/torch_steps.py in the background (under WRAP),
+# ROUNDS rounds of 400 steps, round R once the file GO<R> exists, its output in D/steps.out and
+# D/steps.err; waits until it is READY. Sets SW.
+start_steps() {
+  local go=$1 rounds=$2
+  shift 2
+  "$@" python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$go" "$rounds" 400 >"$D/steps.out" 2>"$D/steps.err" &
+  SW=$!
+  track "$SW"
+  wait_for "$D/steps.out" '^READY ' 120 "$SW" || fail "torch_steps not READY: $(tail -c 600 "$D/steps.err" | tr '\n' ' ')"
+}
+
+# run_round GO R: runs round R of start_steps' workload and waits for its ROUND line.
+run_round() {
+  touch "$1$2"
+  wait_for "$D/steps.out" "^ROUND \\{\"round\": $2," 120 "$SW" || fail "round $2 did not finish"
 }
