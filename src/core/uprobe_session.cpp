@@ -224,7 +224,7 @@ void UprobeSession::scan_libraries(const std::vector<pid_t>* only) {
     for (auto& lib : libraries_) {
       const std::string& name = lib->client.name;
       if (lib->removed || text->find(name) == std::string::npos) continue;
-      if (!scope_.comm.empty() && proc_comm(pid) != scope_.comm) break;
+      if (!scope_.wants(static_cast<uint32_t>(pid), proc_comm(pid))) break;
       for (auto& m : parse_maps(*text)) {
         if (!m.is_file() || m.file_offset != 0 || m.path.find(name) == std::string::npos) continue;
         std::string err;

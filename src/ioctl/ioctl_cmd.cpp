@@ -1,6 +1,5 @@
 // gpuscope ioctl: ioctl, mmap and open calls on NVIDIA device nodes, per process and request.
 #include <algorithm>
-#include <memory>
 
 #include "core/cli.h"
 #include "core/event_loop.h"
@@ -27,10 +26,9 @@ void report_losses(const IoctlStats& s) {
 }
 
 int run_ioctl(const IoctlOptions& o) {
-  o.scope.validate();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
-  IoctlCollector c({o.scope.pids, o.scope.comm, o.events, o.raw_syscalls});
+  IoctlCollector c({o.scope, o.events, o.raw_syscalls});
   IoctlView view({o.common.json, o.events, o.interval_s > 0, c.uvm_major()});
   std::unique_ptr<RingBuffer> rb;
   if (o.events) rb = std::make_unique<RingBuffer>(c.events_fd(), [&](const void* d, size_t n) { view.event(d, n); });
@@ -58,10 +56,8 @@ int run_ioctl(const IoctlOptions& o) {
 }  // namespace
 
 void register_ioctl(CLI::App& app) {
-  auto o = std::make_shared<IoctlOptions>();  // held by the command registry until exit
-  auto* cmd = app.add_subcommand("ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope, false);
+  auto [cmd, o] = new_command<IoctlOptions>(
+      app, "ioctl", "Count ioctl and mmap calls on NVIDIA device nodes, per process and request", run_ioctl, false);
   cmd->add_flag("--events", o->events, "Also print one line per ioctl as it returns");
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default: once, at the end)", "seconds", 0.01,
              86400);
@@ -71,7 +67,6 @@ void register_ioctl(CLI::App& app) {
       "  gpuscope ioctl -d 10                 # which processes talk to the driver, and how\n"
       "  gpuscope ioctl -p 1234 --events --json\n"
       "  gpuscope ioctl -c python3");
-  add_command(cmd, [o] { return run_ioctl(*o); });
 }
 
 }  // namespace gpuscope

@@ -24,8 +24,8 @@ IoctlCollector::IoctlCollector(Config cfg) : cfg_(std::move(cfg)) {
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
   skel_->rodata->uvm_major = uvm_major_;
   skel_->rodata->emit_events = cfg_.events;
-  skel_->rodata->filter_pids = !cfg_.pids.empty();
-  set_comm_filter(skel_->rodata, cfg_.comm);
+  skel_->rodata->filter_pids = !cfg_.scope.pids.empty();
+  apply_scope(skel_->rodata, cfg_.scope);
   // tp/sys_exit_ioctl rather than raw_tp/sys_exit: the latter would tax every syscall on the
   // host (about +100 ns each, measured), the former only ioctls.
   for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter,
@@ -36,7 +36,7 @@ IoctlCollector::IoctlCollector(Config cfg) : cfg_(std::move(cfg)) {
   bpf_map__set_max_entries(skel_->maps.ioctls, cfg_.max_rows);
   if (int err = ioctl_bpf__load(skel_.get()))
     throw UsageError(std::string("cannot load BPF programs: ") + strerror(-err) + " (try 'gpuscope doctor')");
-  for (pid_t pid : cfg_.pids) {
+  for (pid_t pid : cfg_.scope.pids) {
     uint32_t k = pid;
     uint8_t one = 1;
     bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &k, &one, BPF_ANY);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/bpf.h"
+#include "core/scope.h"
 #include "ioctl/ioctl.h"
 
 struct ioctl_bpf;
@@ -49,8 +50,7 @@ struct IoctlStats {
 class IoctlCollector {
  public:
   struct Config {
-    std::vector<pid_t> pids;
-    std::string comm;
+    Scope scope;                // -p (a map the programs check), -c
     bool events = false;        // ring buffer records, one per ioctl
     bool raw_syscalls = false;  // raw_tp sys_enter/sys_exit even where tracefs works
     uint32_t max_rows = 16384;  // (pid, device, request) counters

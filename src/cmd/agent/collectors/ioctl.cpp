@@ -18,8 +18,7 @@ class IoctlAgent final : public AgentCollector {
 
   void load(AgentHost& host) override {
     host_ = &host;
-    auto& s = host.options.scope;
-    collector_ = std::make_unique<IoctlCollector>(IoctlCollector::Config{s.pids, s.comm, false, false, kMaxRows});
+    collector_ = std::make_unique<IoctlCollector>(IoctlCollector::Config{host.options.scope, false, false, kMaxRows});
   }
 
   void take() override {
