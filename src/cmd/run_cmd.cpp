@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <memory>
 #include <optional>
 #include <thread>
 
@@ -123,10 +122,8 @@ int run_run(const RunOptions& o) {
 }  // namespace
 
 void register_run(CLI::App& app) {
-  auto o = std::make_shared<RunOptions>();  // held by the command registry until exit
-  auto* cmd =
-      app.add_subcommand("run", "Run a command with libgpuscope-cupti.so injected (GPU time for kernels, timeline)");
-  add_common_flags(cmd, o->common);
+  auto [cmd, o] = new_command<RunOptions>(
+      app, "run", "Run a command with libgpuscope-cupti.so injected (GPU time for kernels, timeline)", run_run);
   cmd->add_option("--cupti-lib", o->lib, "The library to inject (default: libgpuscope-cupti.so beside gpuscope)");
   add_number(cmd, "--flush-ms", o->flush_ms, "How often the library hands records over (default 100)", "milliseconds",
              1, 60000);
@@ -136,7 +133,6 @@ void register_run(CLI::App& app) {
       "EXAMPLES:\n"
       "  gpuscope run -- python3 train.py\n"
       "  gpuscope run --flush-ms 50 -- ./app   # then: gpuscope kernels -c app, gpuscope timeline -c app");
-  add_command(cmd, [o] { return run_run(*o); });
 }
 
 }  // namespace gpuscope

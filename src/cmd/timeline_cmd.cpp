@@ -1,7 +1,6 @@
 // gpuscope timeline: CUDA calls per thread (the trace collector), GPU kernels, copies and
 // memsets per stream (libgpuscope-cupti.so's records), launch-to-kernel arrows, and device
 // counters (the bridge's pinned maps), written as a Chrome JSON trace for Perfetto.
-#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -11,15 +10,12 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <memory>
 
-#include "bridge/bridge_maps.h"
 #include "bridge/pin_dir.h"
+#include "bridge/reader.h"
 #include "core/cli.h"
-#include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
-#include "core/fd.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "gputime/gputime_collector.h"
@@ -42,29 +38,20 @@ struct TimelineOptions {
 // Device counters from the bridge's pins, sampled while the timeline records.
 class BridgeCounters {
  public:
-  explicit BridgeCounters(const std::string& dir)
-      : meta_(bpf_obj_get((dir + "/" GPU_PIN_META).c_str())), dev_(bpf_obj_get((dir + "/" GPU_PIN_DEVICE).c_str())) {}
-  bool present() const { return meta_.get() >= 0 && dev_.get() >= 0; }
+  explicit BridgeCounters(const std::string& dir) : reader_(dir) {}
+  bool present() const { return reader_.present(); }
+  // The devices of a tick not sampled yet and at most 2 s old, on CLOCK_BOOTTIME.
   void sample(std::vector<CounterSample>& out) {
-    if (!present()) return;
-    uint32_t zero = 0;
-    gpu_meta m{};
-    if (bpf_map_lookup_elem(meta_.get(), &zero, &m) != 0 || m.schema_version != GPU_BRIDGE_SCHEMA_VERSION) return;
-    if (m.last_update_boottime_ns == last_tick_ || boottime_ns() - m.last_update_boottime_ns > 2000000000ull) return;
-    last_tick_ = m.last_update_boottime_ns;
-    for (uint32_t d = 0; d < m.n_devices && d < GPU_MAX_DEVICES; d++) {
-      gpu_device_metrics v{};
-      if (bpf_map_lookup_elem(dev_.get(), &d, &v) != 0 || !v.timestamp_ns) continue;
-      out.push_back({v.timestamp_ns - static_cast<uint64_t>(m.clock_offset_ns), d, v.sm_util_pct, v.mem_used_bytes});
-    }
-    fresh_ = true;
+    auto t = reader_.next_tick(2000);
+    if (!t) return;
+    for (auto& d : t->devices)
+      if (d.m.timestamp_ns)
+        out.push_back({d.m.timestamp_ns - static_cast<uint64_t>(t->meta.clock_offset_ns), d.gpu, d.m.sm_util_pct,
+                       d.m.mem_used_bytes});
   }
-  bool fresh() const { return fresh_; }
 
  private:
-  Fd meta_, dev_;
-  uint64_t last_tick_ = 0;
-  bool fresh_ = false;
+  BridgeReader reader_;
 };
 
 // Refuses an output that cannot take the timeline before anything is attached: /proc and /sys
@@ -149,7 +136,6 @@ void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineSt
 }
 
 int run_timeline(const TimelineOptions& o) {
-  o.scope.validate();
   check_output(o.out);
   check_pin_dir(o.pin_dir, false);
   require_bpf_privileges();
@@ -194,10 +180,8 @@ int run_timeline(const TimelineOptions& o) {
 }  // namespace
 
 void register_timeline(CLI::App& app) {
-  auto o = std::make_shared<TimelineOptions>();  // held by the command registry until exit
-  auto* cmd = app.add_subcommand("timeline", "Write a Perfetto/Chrome trace of CUDA calls, GPU activity and counters");
-  add_common_flags(cmd, o->common);
-  add_scope_flags(cmd, o->scope);
+  auto [cmd, o] = new_command<TimelineOptions>(
+      app, "timeline", "Write a Perfetto/Chrome trace of CUDA calls, GPU activity and counters", run_timeline);
   cmd->add_option("-o,--output", o->out, "Trace file to write (default gpuscope-timeline.json)");
   cmd->add_option("--pin-dir", o->pin_dir, "bpffs directory of the bridge's pins (default /sys/fs/bpf)");
   cmd->add_option("--cupti-lib", o->cupti_libs,
@@ -210,7 +194,6 @@ void register_timeline(CLI::App& app) {
       "  gpuscope timeline -c python3 -d 10\n"
       "GPU spans need the workload to run with CUDA_INJECTION64_PATH=<dir of gpuscope>/libgpuscope-cupti.so\n"
       "(gpuscope run -- CMD sets it); device counters need gpuscope bridge running.");
-  add_command(cmd, [o] { return run_timeline(*o); });
 }
 
 }  // namespace gpuscope

@@ -1,6 +1,4 @@
 // gpuscope uvm: nvidia-uvm's fault servicing and thrashing addresses, every interval.
-#include <memory>
-
 #include "core/cli.h"
 #include "core/event_loop.h"
 #include "core/output.h"
@@ -78,13 +76,10 @@ int run_uvm(const UvmOptions& o) {
 }  // namespace
 
 void register_uvm(CLI::App& app) {
-  auto o = std::make_shared<UvmOptions>();  // held by the command registry until exit
-  auto* cmd =
-      app.add_subcommand("uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)");
-  add_common_flags(cmd, o->common);
+  auto [cmd, o] = new_command<UvmOptions>(
+      app, "uvm", "Count nvidia-uvm fault servicing and catch thrashing addresses (kprobes or fentry)", run_uvm);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
   add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
-  add_command(cmd, [o] { return run_uvm(*o); });
 }
 
 }  // namespace gpuscope
