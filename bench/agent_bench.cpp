@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                       "libtorch_cuda.so", 1000 + k});
   AgentOptions o;
   o.max_kernels = kernels;
-  o.pods_dir = "/nonexistent";
+  o.scope.containers = std::make_shared<ProcessContainers>(ContainerPaths::with_pods_dir("/nonexistent"));
   std::vector<std::unique_ptr<AgentCollector>> feed;
   feed.push_back(make_kernels_collector([&rows] { return rows; }));
   Agent view(o, std::move(feed), nullptr);

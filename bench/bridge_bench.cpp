@@ -83,10 +83,11 @@ bool cpu_figure(const Opts& o) {
   std::string file = fmt::format("/tmp/bridge-bench-{}-cpu.txt", getpid());
   std::string text;
   for (int d = 0; d < 8; d++)
-    text += fmt::format("device {} util {} memutil 10 mem_total 85899345920 mem_free 1 mem_used 4294967296 temp 50 "
-                        "power 200000 smclk 1980 memclk 2619 throttle 0 pcie_tx 1 pcie_rx 2 enc 0 dec 0 fan 30 "
-                        "compute_mode 0 ecc_corr 0 ecc_uncorr 0\n",
-                        d, d * 10);
+    text += fmt::format(
+        "device {} util {} memutil 10 mem_total 85899345920 mem_free 1 mem_used 4294967296 temp 50 "
+        "power 200000 smclk 1980 memclk 2619 throttle 0 pcie_tx 1 pcie_rx 2 enc 0 dec 0 fan 30 "
+        "compute_mode 0 ecc_corr 0 ecc_uncorr 0\n",
+        d, d * 10);
   // 100 processes: 90 on one device, 10 on two.
   for (int p = 0; p < 100; p++) {
     text += fmt::format("process {} {} {}\n", p % 8, 10000 + p, (p + 1) * 1048576);
@@ -96,7 +97,8 @@ bool cpu_figure(const Opts& o) {
   std::string dir = make_pin_dir("cpu");
   // Steady state only: CPU time from /proc/PID/schedstat (ns on CPU) between 2 s and 2 s + cpu_seconds,
   // so exec, dlopen and map creation are left out; getrusage at exit gives the whole run.
-  Child c = spawn(o, file, dir, {"--poll-interval-ms", std::to_string(o.poll_ms), "-d", fmt::format("{}", o.cpu_seconds + 3)});
+  Child c = spawn(o, file, dir,
+                  {"--poll-interval-ms", std::to_string(o.poll_ms), "-d", fmt::format("{}", o.cpu_seconds + 3)});
   auto on_cpu_ns = [&] {
     std::ifstream f(fmt::format("/proc/{}/schedstat", c.pid));
     uint64_t ns = 0;
@@ -113,11 +115,12 @@ bool cpu_figure(const Opts& o) {
   rusage ru{};
   wait4(c.pid, &status, 0, &ru);
   double user = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, sys = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-  fmt::print("cpu: 8 devices, 100 processes (110 pid-device entries), poll {} ms: steady state {:.3f}% of one core "
-             "({:.1f} us per tick); whole run incl. start-up (getrusage) user {:.3f} s + sys {:.3f} s over {:.1f} s "
-             "(exit {})\n",
-             o.poll_ms, 100.0 * (c1 - c0) / 1e9 / wall, (c1 - c0) / 1e3 / (wall * 1000 / o.poll_ms), user, sys,
-             o.cpu_seconds + 3, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  fmt::print(
+      "cpu: 8 devices, 100 processes (110 pid-device entries), poll {} ms: steady state {:.3f}% of one core "
+      "({:.1f} us per tick); whole run incl. start-up (getrusage) user {:.3f} s + sys {:.3f} s over {:.1f} s "
+      "(exit {})\n",
+      o.poll_ms, 100.0 * (c1 - c0) / 1e9 / wall, (c1 - c0) / 1e3 / (wall * 1000 / o.poll_ms), user, sys,
+      o.cpu_seconds + 3, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   remove_pin_dir(dir);
   unlink(file.c_str());
   unlink(c.out.c_str());
@@ -207,10 +210,11 @@ bool burst_figure(const Opts& o) {
   sa << a.rdbuf();
   sb << b.rdbuf();
   int n_with = seen(sa.str(), bursts), n_without = seen(sb.str(), bursts);
-  fmt::print("bursts: {} bursts of {} ms at random phase, poll {} ms, a sample every {} ms: seen with samples {}/{} "
-             "({:.0f}%), polling only {}/{} ({:.0f}%)\n",
-             o.bursts, o.burst_ms, o.poll_ms, o.sample_ms, n_with, o.bursts, 100.0 * n_with / o.bursts, n_without,
-             o.bursts, 100.0 * n_without / o.bursts);
+  fmt::print(
+      "bursts: {} bursts of {} ms at random phase, poll {} ms, a sample every {} ms: seen with samples {}/{} "
+      "({:.0f}%), polling only {}/{} ({:.0f}%)\n",
+      o.bursts, o.burst_ms, o.poll_ms, o.sample_ms, n_with, o.bursts, 100.0 * n_with / o.bursts, n_without, o.bursts,
+      100.0 * n_without / o.bursts);
   for (auto& d : {d1, d2}) remove_pin_dir(d);
   for (auto& f : {file, with.out, without.out}) unlink(f.c_str());
   return n_with > 0;
@@ -222,13 +226,19 @@ int main(int argc, char** argv) {
   Opts o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--gpuscope") o.gpuscope = v;
-    else if (k == "--nvml") o.nvml = v;
-    else if (k == "--cpu-seconds") o.cpu_seconds = std::stod(v);
-    else if (k == "--bursts") o.bursts = std::stoi(v);
-    else if (k == "--sample-ms") o.sample_ms = std::stoi(v);
+    if (k == "--gpuscope")
+      o.gpuscope = v;
+    else if (k == "--nvml")
+      o.nvml = v;
+    else if (k == "--cpu-seconds")
+      o.cpu_seconds = std::stod(v);
+    else if (k == "--bursts")
+      o.bursts = std::stoi(v);
+    else if (k == "--sample-ms")
+      o.sample_ms = std::stoi(v);
     else {
-      fprintf(stderr, "usage: bridge_bench --gpuscope PATH --nvml PATH [--cpu-seconds S] [--bursts N] [--sample-ms MS]\n");
+      fprintf(stderr,
+              "usage: bridge_bench --gpuscope PATH --nvml PATH [--cpu-seconds S] [--bursts N] [--sample-ms MS]\n");
       return 2;
     }
   }

@@ -89,9 +89,20 @@ int main(int argc, char** argv) {
   double op_ns = -1;
   char pins[] = "/tmp/gs-cost-pins.XXXXXX";
   if (!mkdtemp(pins)) throw std::runtime_error("mkdtemp");
-  std::vector<std::string> agent{gpuscope,      "agent",   "--listen", "127.0.0.1:0", "--lib",
-                                 libcuda,       "--lib",   libcudart,  "--nvml",      "/nonexistent/libnvidia-ml.so.1",
-                                 "--bridge-pin-dir", pins, "--max-cpu-percent", "0"};
+  std::vector<std::string> agent{gpuscope,
+                                 "agent",
+                                 "--listen",
+                                 "127.0.0.1:0",
+                                 "--lib",
+                                 libcuda,
+                                 "--lib",
+                                 libcudart,
+                                 "--nvml",
+                                 "/nonexistent/libnvidia-ml.so.1",
+                                 "--bridge-pin-dir",
+                                 pins,
+                                 "--max-cpu-percent",
+                                 "0"};
   auto with = [&](std::vector<std::string> extra) {
     auto a = agent;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -115,7 +126,8 @@ int main(int argc, char** argv) {
   if (!only.empty()) {
     std::vector<Arm> kept;
     for (auto& a : arms)
-      if (a.name == "none" || a.name == "floor" || a.name == "floor_twice" || ("," + only + ",").find("," + a.name + ",") != std::string::npos)
+      if (a.name == "none" || a.name == "floor" || a.name == "floor_twice" ||
+          ("," + only + ",").find("," + a.name + ",") != std::string::npos)
         kept.push_back(a);
     arms = kept;
   }

@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
     return links;
   };
   std::string workload = handoff + " " + lib + " " + std::to_string(calls);
-  auto c = compare_with_bare(rounds, workload, "bare", attach_bare, "gpuscope",
-                             {gpuscope, "kernels", "-c", "gputime_handoff", "--interval", "3600"}, "gpuscope: counting");
+  auto c =
+      compare_with_bare(rounds, workload, "bare", attach_bare, "gpuscope",
+                        {gpuscope, "kernels", "-c", "gputime_handoff", "--interval", "3600"}, "gpuscope: counting");
   std::string idle = run_output("GPUSCOPE_CUPTI_PATH=" + cupti_dir + " " + handoff + " " + lib + " idle 3");
   double idle_ns = -1;
   if (auto p = idle.find("idle_cpu_ns_per_s="); p != std::string::npos) idle_ns = std::stod(idle.substr(p + 18));

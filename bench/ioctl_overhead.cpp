@@ -111,13 +111,16 @@ int main(int argc, char** argv) {
     j["added_cost_ratio"]["ioctl_tp_vs_empty_tp"] = (med["ioctl_tp"] - med["none"]) / (med["empty_tp"] - med["none"]);
     printf("%s\n", j.dump().c_str());
   } else {
-    printf("on /dev/null: ioctl(FIONREAD), ioctl(0xc020462a: NVIDIA's type 'F'), and getppid(); %ld calls each,\n"
-           "median of %d rounds, ns per call:\n", calls, rounds);
+    printf(
+        "on /dev/null: ioctl(FIONREAD), ioctl(0xc020462a: NVIDIA's type 'F'), and getppid(); %ld calls each,\n"
+        "median of %d rounds, ns per call:\n",
+        calls, rounds);
     printf("  %-13s %8s %8s   %8s %8s   %8s %8s\n", "", "FIONREAD", "added", "type 'F'", "added", "getppid", "added");
     for (auto& m : modes)
       printf("  %-13s %8.1f %+8.1f   %8.1f %+8.1f   %8.1f %+8.1f\n", m.c_str(), med[m], med[m] - med["none"], fmed[m],
              fmed[m] - fmed["none"], omed[m], omed[m] - omed["none"]);
-    printf("per ioctl,  gpuscope ioctl / empty sys_enter_ioctl:   %.3fx (goal <= 1.2)\n", med["ioctl_tp"] / med["empty_tp"]);
+    printf("per ioctl,  gpuscope ioctl / empty sys_enter_ioctl:   %.3fx (goal <= 1.2)\n",
+           med["ioctl_tp"] / med["empty_tp"]);
     printf("added cost, gpuscope ioctl / empty sys_enter_ioctl:   %.3fx\n",
            (med["ioctl_tp"] - med["none"]) / (med["empty_tp"] - med["none"]));
     printf("per ioctl,  raw_tp fallback / empty sys_enter_ioctl:  %.3fx\n", med["ioctl_raw_tp"] / med["empty_tp"]);

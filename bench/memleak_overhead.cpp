@@ -20,11 +20,7 @@
 
 using namespace gpuscope;
 
-namespace {
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpuscope memleak overhead against bare uprobe+uretprobe pairs on the same sites"};

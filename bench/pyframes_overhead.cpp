@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     pid_t burner = 0;
     Child c = start(python, script, depth, &burner);
     std::unique_ptr<pyframes_bench_bpf, void (*)(pyframes_bench_bpf*)> skel(pyframes_bench_bpf__open_and_load(),
-                                                                             pyframes_bench_bpf__destroy);
+                                                                            pyframes_bench_bpf__destroy);
     if (!skel) {
       fprintf(stderr, "pyframes_overhead: cannot load: %s\n", strerror(errno));
       return 2;

@@ -186,13 +186,17 @@ int main(int argc, char** argv) {
     j["rounds"] = rounds;
     j["seconds"] = seconds;
     if (!json_out)
-      printf("%d rounds of %.1f s; two threads switching on CPU %d; medians over rounds\n"
-             "%-44s %12s %10s %11s %18s\n",
-             rounds, seconds, pp.cpu, "mode", "switches/s", "ns/switch", "+ns/switch", "% core @100k/s");
+      printf(
+          "%d rounds of %.1f s; two threads switching on CPU %d; medians over rounds\n"
+          "%-44s %12s %10s %11s %18s\n",
+          rounds, seconds, pp.cpu, "mode", "switches/s", "ns/switch", "+ns/switch", "% core @100k/s");
     for (int m = 0; m < kModes; m++) {
       double v = median(ns[m]), extra = v - none;
-      j["modes"].push_back({{"mode", names[m]}, {"switches_per_s", median(rate[m])}, {"ns_per_switch", v},
-                            {"extra_ns_per_switch", extra}, {"core_pct_at_100k", core_pct(extra)}});
+      j["modes"].push_back({{"mode", names[m]},
+                            {"switches_per_s", median(rate[m])},
+                            {"ns_per_switch", v},
+                            {"extra_ns_per_switch", extra},
+                            {"core_pct_at_100k", core_pct(extra)}});
       if (!json_out)
         printf("%-44s %12.0f %10.1f %11.1f %17.3f%%\n", names[m], median(rate[m]), v, extra, core_pct(extra));
     }
@@ -203,9 +207,10 @@ int main(int argc, char** argv) {
     if (json_out)
       printf("%s\n", j.dump().c_str());
     else
-      printf("starvation's hook / empty hook (extra ns per switch): %.2f (threads of no GPU process), %.2f (GPU "
-             "threads, GPU busy), %.2f (GPU threads counted)\n",
-             hook / (empty - none), busy / (empty - none), counted / (empty - none));
+      printf(
+          "starvation's hook / empty hook (extra ns per switch): %.2f (threads of no GPU process), %.2f (GPU "
+          "threads, GPU busy), %.2f (GPU threads counted)\n",
+          hook / (empty - none), busy / (empty - none), counted / (empty - none));
     if (!(median(rate[0]) > 0)) rc = 1;
   }
   unlink(standin.c_str());

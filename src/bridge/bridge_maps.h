@@ -24,63 +24,63 @@
 
 /* gpu_meta: ARRAY, key u32 0, 1 entry. */
 struct gpu_meta {
-  __u32 schema_version;
-  __u32 n_devices;
-  __u64 last_update_boottime_ns; /* freshness: CLOCK_BOOTTIME of the last tick */
-  __u32 helper_pid;
-  __u32 poll_interval_ms; /* reserved in the contract; Inspektor Gadget writes 0 */
-  __s64 clock_offset_ns;  /* CLOCK_REALTIME - CLOCK_BOOTTIME */
+	__u32 schema_version;
+	__u32 n_devices;
+	__u64 last_update_boottime_ns; /* freshness: CLOCK_BOOTTIME of the last tick */
+	__u32 helper_pid;
+	__u32 poll_interval_ms; /* reserved in the contract; Inspektor Gadget writes 0 */
+	__s64 clock_offset_ns;  /* CLOCK_REALTIME - CLOCK_BOOTTIME */
 };
 
 /* gpu_device: ARRAY, key u32 device index, GPU_MAX_DEVICES entries. */
 struct gpu_device_metrics {
-  __u64 timestamp_ns; /* CLOCK_REALTIME of the sample */
-  __u32 sm_util_pct;
-  __u32 mem_util_pct;
-  __u64 mem_total_bytes;
-  __u64 mem_used_bytes;
-  __u64 mem_reserved_bytes;
-  __u32 temp_c;
-  __u32 power_mw;
-  __u32 sm_clock_mhz;
-  __u32 mem_clock_mhz;
-  __u64 throttle_reasons; /* NVML clock-event reasons bitmask */
-  __u64 pcie_tx_kbps;
-  __u64 pcie_rx_kbps;
-  __u32 enc_util_pct;
-  __u32 dec_util_pct;
-  __u64 nvlink_tx_kbps;
-  __u64 nvlink_rx_kbps;
-  __u64 ecc_corrected_total;
-  __u64 ecc_uncorrected_total;
-  __u32 fan_speed_pct;
-  __u32 compute_mode;
+	__u64 timestamp_ns; /* CLOCK_REALTIME of the sample */
+	__u32 sm_util_pct;
+	__u32 mem_util_pct;
+	__u64 mem_total_bytes;
+	__u64 mem_used_bytes;
+	__u64 mem_reserved_bytes;
+	__u32 temp_c;
+	__u32 power_mw;
+	__u32 sm_clock_mhz;
+	__u32 mem_clock_mhz;
+	__u64 throttle_reasons; /* NVML clock-event reasons bitmask */
+	__u64 pcie_tx_kbps;
+	__u64 pcie_rx_kbps;
+	__u32 enc_util_pct;
+	__u32 dec_util_pct;
+	__u64 nvlink_tx_kbps;
+	__u64 nvlink_rx_kbps;
+	__u64 ecc_corrected_total;
+	__u64 ecc_uncorrected_total;
+	__u32 fan_speed_pct;
+	__u32 compute_mode;
 };
 
 /* gpu_per_pid_per_device: LRU_HASH, key u64 (pid << 32) | device. */
 struct gpu_pid_device {
-  __u64 timestamp_ns;
-  __u64 used_gpu_memory_bytes;
-  __u32 sm_util_pct;
-  __u32 mem_util_pct;
-  __u32 enc_util_pct;
-  __u32 dec_util_pct;
-  __u8 gpu_device;
-  __u8 mig_instance;
-  __u16 pad;
-  __u32 reserved; /* explicit tail padding, written 0 */
+	__u64 timestamp_ns;
+	__u64 used_gpu_memory_bytes;
+	__u32 sm_util_pct;
+	__u32 mem_util_pct;
+	__u32 enc_util_pct;
+	__u32 dec_util_pct;
+	__u8 gpu_device;
+	__u8 mig_instance;
+	__u16 pad;
+	__u32 reserved; /* explicit tail padding, written 0 */
 };
 
 /* gpu_per_pid: LRU_HASH, key u32 host pid. */
 struct gpu_pid {
-  __u64 timestamp_ns;
-  __u64 used_gpu_memory_total_bytes;
-  __u32 sm_util_pct_max;
-  __u32 mem_util_pct_max;
-  __u8 gpu_device_primary; /* GPU_DEVICE_SEVERAL when on more than one device */
-  __u8 device_count;
-  __u16 pad;
-  __u32 reserved; /* explicit tail padding, written 0 */
+	__u64 timestamp_ns;
+	__u64 used_gpu_memory_total_bytes;
+	__u32 sm_util_pct_max;
+	__u32 mem_util_pct_max;
+	__u8 gpu_device_primary; /* GPU_DEVICE_SEVERAL when on more than one device */
+	__u8 device_count;
+	__u16 pad;
+	__u32 reserved; /* explicit tail padding, written 0 */
 };
 
 #ifdef __cplusplus

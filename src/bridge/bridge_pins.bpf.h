@@ -39,7 +39,7 @@ struct gpu_device_metrics {
 	__u32 sm_util_pct;
 	__u32 mem_util_pct;
 	__u64 mem_total;    /* bytes */
-	__u64 mem_used;	    /* bytes */
+	__u64 mem_used;     /* bytes */
 	__u64 mem_reserved; /* bytes */
 	__u32 temp_c;
 	__u32 power_mw;
@@ -85,8 +85,8 @@ struct gpu_pid_metrics_aggregated {
 /* Each field of ours (a) at the offset and size of theirs (b). */
 #define GPU_BRIDGE_SAME(a, b, fa, fb)                                                              \
 	_Static_assert(__builtin_offsetof(struct a, fa) == __builtin_offsetof(struct b, fb) &&     \
-			       sizeof(((struct a *)0)->fa) == sizeof(((struct b *)0)->fb),         \
-		       #b "." #fb)
+	                       sizeof(((struct a *)0)->fa) == sizeof(((struct b *)0)->fb),         \
+	               #b "." #fb)
 #define GPU_BRIDGE_META(fa, fb) GPU_BRIDGE_SAME(ours_gpu_meta, gpu_meta, fa, fb)
 #define GPU_BRIDGE_DEV(fa, fb) GPU_BRIDGE_SAME(ours_gpu_device_metrics, gpu_device_metrics, fa, fb)
 #define GPU_BRIDGE_PD(fa, fb) GPU_BRIDGE_SAME(ours_gpu_pid_device, gpu_pid_metrics, fa, fb)
@@ -99,7 +99,7 @@ GPU_BRIDGE_META(helper_pid, helper_pid);
 GPU_BRIDGE_META(poll_interval_ms, _reserved);
 GPU_BRIDGE_META(clock_offset_ns, clock_offset_ns);
 _Static_assert(sizeof(struct gpu_device_metrics) == sizeof(struct ours_gpu_device_metrics),
-	       "gpu_device_metrics");
+               "gpu_device_metrics");
 GPU_BRIDGE_DEV(timestamp_ns, timestamp_ns);
 GPU_BRIDGE_DEV(sm_util_pct, sm_util_pct);
 GPU_BRIDGE_DEV(mem_util_pct, mem_util_pct);
@@ -122,7 +122,7 @@ GPU_BRIDGE_DEV(ecc_uncorrected_total, ecc_uncorrected_total);
 GPU_BRIDGE_DEV(fan_speed_pct, fan_speed_pct);
 GPU_BRIDGE_DEV(compute_mode, compute_mode);
 _Static_assert(sizeof(struct gpu_pid_metrics) == sizeof(struct ours_gpu_pid_device),
-	       "gpu_pid_metrics");
+               "gpu_pid_metrics");
 GPU_BRIDGE_PD(timestamp_ns, timestamp_ns);
 GPU_BRIDGE_PD(used_gpu_memory_bytes, used_gpu_memory);
 GPU_BRIDGE_PD(sm_util_pct, sm_util_pct);
@@ -133,7 +133,7 @@ GPU_BRIDGE_PD(gpu_device, gpu_device);
 GPU_BRIDGE_PD(mig_instance, mig_instance);
 GPU_BRIDGE_PD(pad, _pad);
 _Static_assert(sizeof(struct gpu_pid_metrics_aggregated) == sizeof(struct ours_gpu_pid),
-	       "gpu_pid_metrics_aggregated");
+               "gpu_pid_metrics_aggregated");
 GPU_BRIDGE_AG(timestamp_ns, timestamp_ns);
 GPU_BRIDGE_AG(used_gpu_memory_total_bytes, used_gpu_memory_total);
 GPU_BRIDGE_AG(sm_util_pct_max, sm_util_pct_max);

@@ -1,9 +1,12 @@
 /* Every size and field offset of bridge_maps.h, in one list, with the values the contract
  * (../shared/bridge-contract.md) fixes: S(struct, size) and F(struct, field, offset).
  * bridge_maps.h expands it into static_asserts for C++; the BPF layout check (layout_check.bpf.c)
- * and its test expand it the same way, so the two compilers' layouts are compared entry by entry. */
+ * and its test expand it the same way, so the two compilers' layouts are compared entry by entry.
+ */
 #ifndef GPUSCOPE_BRIDGE_LAYOUT_FIELDS_H
 #define GPUSCOPE_BRIDGE_LAYOUT_FIELDS_H
+/* Formatting would not keep this table of X-macro calls a table. */
+/* clang-format off */
 #define GPU_BRIDGE_LAYOUT(S, F)                                                                        \
   S(gpu_meta, 32)                                                                                      \
   F(gpu_meta, schema_version, 0) F(gpu_meta, n_devices, 4) F(gpu_meta, last_update_boottime_ns, 8)     \
@@ -30,4 +33,5 @@
   F(gpu_pid, timestamp_ns, 0) F(gpu_pid, used_gpu_memory_total_bytes, 8) F(gpu_pid, sm_util_pct_max, 16) \
   F(gpu_pid, mem_util_pct_max, 20) F(gpu_pid, gpu_device_primary, 24) F(gpu_pid, device_count, 25)     \
   F(gpu_pid, pad, 26) F(gpu_pid, reserved, 28)
+/* clang-format on */
 #endif

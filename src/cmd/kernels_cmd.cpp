@@ -15,6 +15,7 @@
 #include "core/cli.h"
 #include "core/event_loop.h"
 #include "core/output.h"
+#include "core/where.h"
 #include "core/system.h"
 #include "gputime/gputime_collector.h"
 #include "kernels/kernels.h"
@@ -35,9 +36,13 @@ struct KernelsOptions {
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
 // summed), the busiest first, with the launch rate since the previous print.
+Table plain_table(const WhereView& w);
+Table gpu_table(const WhereView& w);
+
 class KernelsView {
  public:
-  explicit KernelsView(const KernelsOptions& o, const GpuTimeCollector* gpu) : o_(o), gpu_(gpu) {}
+  explicit KernelsView(const KernelsOptions& o, const GpuTimeCollector* gpu)
+      : o_(o), gpu_(gpu), where_(o.scope), plain_table_(plain_table(where_)), gpu_table_(gpu_table(where_)) {}
   // The periodic print of every row.
   void interval(const std::vector<KernelRow>& now) {
     auto now_t = std::chrono::steady_clock::now();
@@ -101,6 +106,8 @@ class KernelsView {
 
   const KernelsOptions& o_;
   const GpuTimeCollector* gpu_;
+  WhereView where_;
+  Table plain_table_, gpu_table_;
   Writer out_;
   std::deque<KernelRow> gpu_only_;
   std::map<Key, uint64_t> prev_;
@@ -109,23 +116,26 @@ class KernelsView {
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now();
 };
 
-const Table& plain_table() {
-  static const Table t({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}});
-  return t;
+// Where the container columns go: after PID and COMM.
+constexpr size_t kWhereAt = 2;
+
+Table plain_table(const WhereView& w) {
+  return w.table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 10}, {"RATE/s", 10}, {"KERNEL", -40}, {"MODULE", 0}},
+                 kWhereAt);
 }
 
-const Table& gpu_table() {
-  static const Table t({{"PID", 7},
-                        {"COMM", -16},
-                        {"LAUNCHES", 10},
-                        {"RATE/s", 10},
-                        {"GPU_ms", 10},
-                        {"MEAN_us", 9},
-                        {"MAX_us", 9},
-                        {"GPU%", 6},
-                        {"KERNEL", -40},
-                        {"MODULE", 0}});
-  return t;
+Table gpu_table(const WhereView& w) {
+  return w.table({{"PID", 7},
+                  {"COMM", -16},
+                  {"LAUNCHES", 10},
+                  {"RATE/s", 10},
+                  {"GPU_ms", 10},
+                  {"MEAN_us", 9},
+                  {"MAX_us", 9},
+                  {"GPU%", 6},
+                  {"KERNEL", -40},
+                  {"MODULE", 0}},
+                 kWhereAt);
 }
 
 std::vector<KernelsView::Row> KernelsView::rows_of(const std::vector<KernelRow>& now, bool exited) {
@@ -154,7 +164,7 @@ void KernelsView::header(size_t rows, bool gpu_cols) {
   localtime_r(&t, &tm);
   if (isatty(STDOUT_FILENO)) fmt::format_to(it, "\033[H\033[2J");
   fmt::format_to(it, "{:02}:{:02}:{:02}  {} rows\n", tm.tm_hour, tm.tm_min, tm.tm_sec, rows);
-  (gpu_cols ? gpu_table() : plain_table()).header(out_.buf());
+  (gpu_cols ? gpu_table_ : plain_table_).header(out_.buf());
 }
 
 void KernelsView::print_row(const Row& r, double secs, bool exited, int64_t ts_ns, bool gpu_cols) {
@@ -172,7 +182,9 @@ void KernelsView::print_row(const Row& r, double secs, bool exited, int64_t ts_n
   }
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm).str("kernel", kernel);
+    j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm);
+    where_.json(j, static_cast<pid_t>(r.pid));
+    j.str("kernel", kernel);
     j.str("module", module)
         .str("kind", r.first->graph()              ? "graph"
                      : r.first->layer == GS_K_HOST ? "host_function"
@@ -185,15 +197,17 @@ void KernelsView::print_row(const Row& r, double secs, bool exited, int64_t ts_n
     }
     j.real("rate", rate, 1).end();
   } else if (gpu_cols) {
-    gpu_table().row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
-                                 exited ? "exited" : fmt::format("{:.1f}", rate),
-                                 g ? fmt::format("{:.3f}", g->total_ns / 1e6) : "-",
-                                 g ? fmt::format("{:.1f}", g->total_ns / 1e3 / g->count) : "-",
-                                 g ? fmt::format("{:.1f}", g->max_ns / 1e3) : "-",
-                                 g ? fmt::format("{:.1f}", share * 100) : "-", kernel, module});
+    gpu_table_.row(out_.buf(), where_.row({std::to_string(r.pid), comm, std::to_string(r.launches),
+                                           exited ? "exited" : fmt::format("{:.1f}", rate),
+                                           g ? fmt::format("{:.3f}", g->total_ns / 1e6) : "-",
+                                           g ? fmt::format("{:.1f}", g->total_ns / 1e3 / g->count) : "-",
+                                           g ? fmt::format("{:.1f}", g->max_ns / 1e3) : "-",
+                                           g ? fmt::format("{:.1f}", share * 100) : "-", kernel, module},
+                                          kWhereAt, static_cast<pid_t>(r.pid)));
   } else {
-    plain_table().row(out_.buf(), {std::to_string(r.pid), comm, std::to_string(r.launches),
-                                   exited ? "exited" : fmt::format("{:.1f}", rate), kernel, module});
+    plain_table_.row(out_.buf(), where_.row({std::to_string(r.pid), comm, std::to_string(r.launches),
+                                             exited ? "exited" : fmt::format("{:.1f}", rate), kernel, module},
+                                            kWhereAt, static_cast<pid_t>(r.pid)));
   }
 }
 

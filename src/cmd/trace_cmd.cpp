@@ -21,10 +21,11 @@ struct TraceOptions {
 // The trace view: each call as a table row or a JSON line, and the closing summary.
 class TraceView {
  public:
-  explicit TraceView(const TraceOptions& o) : o_(o) {
+  explicit TraceView(const TraceOptions& o) : o_(o), where_(o.scope) {
     fmt_.realtime_offset_ns = realtime_minus_boottime_ns();
     fmt_.timestamps = !o.no_timestamps;
     fmt_.cgroups = &cgroups_;
+    fmt_.where = &where_;
   }
   void name_kernels_with(KernelsCollector* k) {
     if (k) fmt_.kernel_name = [k](uint32_t pid, uint64_t h, bool host) { return k->name_of(pid, h, host); };
@@ -62,6 +63,7 @@ class TraceView {
   Writer out_;
   FormatContext fmt_;
   CgroupNames cgroups_;
+  WhereView where_;
 };
 
 int run_trace(const TraceOptions& o) {

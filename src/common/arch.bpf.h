@@ -80,15 +80,23 @@ static __always_inline __u64 gs_arg(struct pt_regs *ctx, unsigned int i)
 	__u64 v = 0;
 
 	switch (i) {
-	case 0: return PT_REGS_PARM1(ctx);
-	case 1: return PT_REGS_PARM2(ctx);
-	case 2: return PT_REGS_PARM3(ctx);
-	case 3: return PT_REGS_PARM4(ctx);
-	case 4: return PT_REGS_PARM5(ctx);
-	case 5: return GS_PT_REGS_PARM6(ctx);
+	case 0:
+		return PT_REGS_PARM1(ctx);
+	case 1:
+		return PT_REGS_PARM2(ctx);
+	case 2:
+		return PT_REGS_PARM3(ctx);
+	case 3:
+		return PT_REGS_PARM4(ctx);
+	case 4:
+		return PT_REGS_PARM5(ctx);
+	case 5:
+		return GS_PT_REGS_PARM6(ctx);
 #if GS_ARG_REGS > 6
-	case 6: return GS_PT_REGS_PARM7(ctx);
-	case 7: return GS_PT_REGS_PARM8(ctx);
+	case 6:
+		return GS_PT_REGS_PARM7(ctx);
+	case 7:
+		return GS_PT_REGS_PARM8(ctx);
 #endif
 	}
 	bpf_probe_read_user(&v, sizeof(v), (void *)GS_STACK_ARG_ADDR(gs_stack_pointer(ctx), i));
@@ -126,8 +134,8 @@ static __always_inline __u64 gs_arg_at(const struct gs_args *a, unsigned int i)
 
 /* Arguments first .. first+n-1 into out[0..n-1]; first and n must be constants. Those in
  * registers are copied, those on the stack (adjacent slots) come in one read. */
-static __always_inline void gs_args_span(const struct gs_args *a, const unsigned int first, const unsigned int n,
-					 __u64 *out)
+static __always_inline void gs_args_span(const struct gs_args *a, const unsigned int first,
+                                         const unsigned int n, __u64 *out)
 {
 	unsigned int i;
 
@@ -135,7 +143,8 @@ static __always_inline void gs_args_span(const struct gs_args *a, const unsigned
 	for (i = first; i < first + n && i < GS_ARG_REGS; i++)
 		out[i - first] = a->reg[i];
 	if (i < first + n)
-		bpf_probe_read_user(out + (i - first), 8 * (first + n - i), (void *)GS_STACK_ARG_ADDR(a->sp, i));
+		bpf_probe_read_user(out + (i - first), 8 * (first + n - i),
+		                    (void *)GS_STACK_ARG_ADDR(a->sp, i));
 }
 
 #endif

@@ -32,7 +32,7 @@
 static __always_inline void *gs_thread_state_new(void *map)
 {
 	return bpf_task_storage_get(map, bpf_get_current_task_btf(), 0,
-				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	                            BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
 static __always_inline void *gs_thread_state(void *map)

@@ -10,20 +10,20 @@ enum gs_layer { GS_LAYER_RUNTIME = 0, GS_LAYER_DRIVER = 1, GS_LAYER_COUNT = 2 };
 
 /* What a row is probed for: a bit per capability role. */
 enum gs_role {
-	GS_ROLE_CALL = 1 << 0,         /* trace, latency: a call with arguments, duration and return code */
-	GS_ROLE_MEM = 1 << 1,          /* memleak: allocates, frees or maps memory (.mem_op, .mem_cat) */
+	GS_ROLE_CALL = 1 << 0, /* trace, latency: a call with arguments, duration and return code */
+	GS_ROLE_MEM = 1 << 1,  /* memleak: allocates, frees or maps memory (.mem_op, .mem_cat) */
 	GS_ROLE_LAUNCH = 1 << 2,       /* kernels: launches one kernel (.special says how) */
 	GS_ROLE_GRAPH_LAUNCH = 1 << 3, /* kernels: launches an instantiated graph */
 	GS_ROLE_CAPTURE = 1 << 4,      /* kernels: begins or ends stream capture (.special) */
 	GS_ROLE_NAMER = 1 << 5,        /* kernels: gives a kernel handle its name (.namer) */
-	GS_ROLE_CONTEXT = 1 << 6,      /* memleak: makes, ends or switches a CUDA context (.ctx_op) */
+	GS_ROLE_CONTEXT = 1 << 6, /* memleak: makes, ends or switches a CUDA context (.ctx_op) */
 };
 
 enum gs_special {
 	GS_SP_NONE,
 	GS_SP_RT_LAUNCH,    /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, smem, stream) */
 	GS_SP_RT_LAUNCH_EX, /* cudaLaunchKernelExC(const cudaLaunchConfig_t *, func, args) */
-	GS_SP_CU_LAUNCH,    /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) */
+	GS_SP_CU_LAUNCH, /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) */
 	GS_SP_CU_LAUNCH_EX, /* cuLaunchKernelEx(const CUlaunchConfig *, f, params, extra) */
 	GS_SP_CAPTURE_BEGIN,
 	GS_SP_CAPTURE_END,
@@ -31,7 +31,16 @@ enum gs_special {
 };
 
 /* Where the value behind the out-pointer argument goes when the call returns. */
-enum gs_out { GS_OUT_NONE, GS_OUT_PTR, GS_OUT_STREAM, GS_OUT_EVENT, GS_OUT_GRAPH, GS_OUT_HANDLE, GS_OUT_DEVICE, GS_OUT_CTX };
+enum gs_out {
+	GS_OUT_NONE,
+	GS_OUT_PTR,
+	GS_OUT_STREAM,
+	GS_OUT_EVENT,
+	GS_OUT_GRAPH,
+	GS_OUT_HANDLE,
+	GS_OUT_DEVICE,
+	GS_OUT_CTX
+};
 
 /* memleak: what a GS_ROLE_MEM row does, and to which kind of memory. */
 enum gs_mem_op {
@@ -48,15 +57,15 @@ enum gs_mem_category { GS_MEM_DEVICE, GS_MEM_MANAGED, GS_MEM_PINNED, GS_MEM_VMM 
 /* memleak: what a GS_ROLE_CONTEXT row does to the calling thread's contexts. */
 enum gs_ctx_op {
 	GS_CTX_NONE,
-	GS_CTX_CREATE,          /* cuCtxCreate(CUcontext *out, ..., CUdevice dev): made and pushed */
-	GS_CTX_DESTROY,         /* cuCtxDestroy(CUcontext): its memory ends */
-	GS_CTX_PRIMARY_RETAIN,  /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice) */
+	GS_CTX_CREATE,         /* cuCtxCreate(CUcontext *out, ..., CUdevice dev): made and pushed */
+	GS_CTX_DESTROY,        /* cuCtxDestroy(CUcontext): its memory ends */
+	GS_CTX_PRIMARY_RETAIN, /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice) */
 	GS_CTX_PRIMARY_RELEASE, /* cuDevicePrimaryCtxRelease(CUdevice): ends with the last retain */
 	GS_CTX_PRIMARY_RESET,   /* cuDevicePrimaryCtxReset(CUdevice): its memory ends */
 	GS_CTX_SET_CURRENT,     /* cuCtxSetCurrent(CUcontext) */
 	GS_CTX_PUSH,            /* cuCtxPushCurrent(CUcontext) */
 	GS_CTX_POP,             /* cuCtxPopCurrent(CUcontext *out) */
-	GS_CTX_RT_SET_DEVICE,   /* cudaSetDevice(int): the device's primary context becomes current */
+	GS_CTX_RT_SET_DEVICE, /* cudaSetDevice(int): the device's primary context becomes current */
 	GS_CTX_RT_DEVICE_RESET, /* cudaDeviceReset(void): the current device's primary context ends */
 };
 
@@ -72,8 +81,9 @@ enum gs_namer {
 struct gs_api_desc {
 	unsigned char layer, special, out, outp;
 	unsigned char size, ptr, dst, src, kind, stream, event, graph, handle, device;
-	unsigned char kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
-	unsigned char roles;      /* enum gs_role bits */
+	unsigned char
+	        kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
+	unsigned char roles; /* enum gs_role bits */
 	unsigned char mem_op, mem_cat, namer;
 	unsigned char func;   /* a host function (GS_SP_HOST_FUNC rows) */
 	unsigned char ctx;    /* a CUcontext argument */
@@ -85,83 +95,170 @@ struct gs_api_desc {
 #define GS_DRV GS_LAYER_DRIVER
 /* X(enum id, symbol, designated initializers). The symbol is the exported name, the
  * per-thread-stream variants (_ptsz, _ptds) are probed with the same row. */
-#define GS_APIS(X) \
-	X(CUDA_MALLOC, cudaMalloc, .layer = GS_RT, .out = GS_OUT_PTR, .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_MALLOC_MANAGED, cudaMallocManaged, .layer = GS_RT, .out = GS_OUT_PTR, .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_MANAGED) \
-	X(CUDA_MALLOC_ASYNC, cudaMallocAsync, .layer = GS_RT, .out = GS_OUT_PTR, .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_FREE, cudaFree, .layer = GS_RT, .ptr = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_FREE_ASYNC, cudaFreeAsync, .layer = GS_RT, .ptr = GS_ARG(0), .stream = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_MEMCPY, cudaMemcpy, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0), .src = GS_ARG(1), .kind = GS_ARG(3), .roles = GS_ROLE_CALL) \
-	X(CUDA_MEMCPY_ASYNC, cudaMemcpyAsync, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0), .src = GS_ARG(1), .kind = GS_ARG(3), .stream = GS_ARG(4), .roles = GS_ROLE_CALL) \
-	X(CUDA_MEMSET, cudaMemset, .layer = GS_RT, .size = GS_ARG(2), .ptr = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_LAUNCH_KERNEL, cudaLaunchKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CUDA_LAUNCH_KERNEL_EXC, cudaLaunchKernelExC, .layer = GS_RT, .special = GS_SP_RT_LAUNCH_EX, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CUDA_GRAPH_LAUNCH, cudaGraphLaunch, .layer = GS_RT, .stream = GS_ARG(1), .graph = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_GRAPH_LAUNCH) \
-	X(CUDA_GRAPH_INSTANTIATE, cudaGraphInstantiate, .layer = GS_RT, .out = GS_OUT_GRAPH, .outp = GS_ARG(0), .graph = GS_ARG(1), .roles = GS_ROLE_CALL) \
-	X(CUDA_STREAM_BEGIN_CAPTURE, cudaStreamBeginCapture, .layer = GS_RT, .special = GS_SP_CAPTURE_BEGIN, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE) \
-	X(CUDA_STREAM_END_CAPTURE, cudaStreamEndCapture, .layer = GS_RT, .special = GS_SP_CAPTURE_END, .out = GS_OUT_GRAPH, .outp = GS_ARG(1), .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE) \
-	X(CUDA_STREAM_CREATE, cudaStreamCreate, .layer = GS_RT, .out = GS_OUT_STREAM, .outp = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_STREAM_SYNCHRONIZE, cudaStreamSynchronize, .layer = GS_RT, .stream = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_EVENT_CREATE, cudaEventCreate, .layer = GS_RT, .out = GS_OUT_EVENT, .outp = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_EVENT_RECORD, cudaEventRecord, .layer = GS_RT, .stream = GS_ARG(1), .event = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_EVENT_SYNCHRONIZE, cudaEventSynchronize, .layer = GS_RT, .event = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_DEVICE_SYNCHRONIZE, cudaDeviceSynchronize, .layer = GS_RT, .roles = GS_ROLE_CALL) \
-	X(CUDA_GET_DEVICE, cudaGetDevice, .layer = GS_RT, .out = GS_OUT_DEVICE, .outp = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CUDA_SET_DEVICE, cudaSetDevice, .layer = GS_RT, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_SET_DEVICE) \
-	X(CU_LAUNCH_KERNEL, cuLaunchKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CU_LAUNCH_KERNEL_EX, cuLaunchKernelEx, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH_EX, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CU_GRAPH_LAUNCH, cuGraphLaunch, .layer = GS_DRV, .stream = GS_ARG(1), .graph = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_GRAPH_LAUNCH) \
-	X(CU_GRAPH_INSTANTIATE_WITH_FLAGS, cuGraphInstantiateWithFlags, .layer = GS_DRV, .out = GS_OUT_GRAPH, .outp = GS_ARG(0), .graph = GS_ARG(1), .roles = GS_ROLE_CALL) \
-	X(CU_STREAM_BEGIN_CAPTURE, cuStreamBeginCapture_v2, .layer = GS_DRV, .special = GS_SP_CAPTURE_BEGIN, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE) \
-	X(CU_STREAM_END_CAPTURE, cuStreamEndCapture, .layer = GS_DRV, .special = GS_SP_CAPTURE_END, .out = GS_OUT_GRAPH, .outp = GS_ARG(1), .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE) \
-	X(CU_MEM_ALLOC, cuMemAlloc_v2, .layer = GS_DRV, .out = GS_OUT_PTR, .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_ALLOC_ASYNC, cuMemAllocAsync, .layer = GS_DRV, .out = GS_OUT_PTR, .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_FREE, cuMemFree_v2, .layer = GS_DRV, .ptr = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_FREE_ASYNC, cuMemFreeAsync, .layer = GS_DRV, .ptr = GS_ARG(0), .stream = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_CREATE, cuMemCreate, .layer = GS_DRV, .out = GS_OUT_HANDLE, .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_CREATE, .mem_cat = GS_MEM_VMM) \
-	X(CU_MEM_RELEASE, cuMemRelease, .layer = GS_DRV, .handle = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_RELEASE, .mem_cat = GS_MEM_VMM) \
-	X(CU_MEM_MAP, cuMemMap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0), .handle = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_MAP, .mem_cat = GS_MEM_VMM) \
-	X(CU_MEM_UNMAP, cuMemUnmap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_UNMAP, .mem_cat = GS_MEM_VMM) \
-	X(CU_MEMCPY_HTOD, cuMemcpyHtoD_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0), .src = GS_ARG(1), .kind_fixed = GS_ARG(1), .roles = GS_ROLE_CALL) \
-	X(CU_MEMCPY_DTOH, cuMemcpyDtoH_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0), .src = GS_ARG(1), .kind_fixed = GS_ARG(2), .roles = GS_ROLE_CALL) \
-	X(CU_MEMCPY_ASYNC, cuMemcpyAsync, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0), .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(4), .roles = GS_ROLE_CALL) \
-	X(CU_STREAM_SYNCHRONIZE, cuStreamSynchronize, .layer = GS_DRV, .stream = GS_ARG(0), .roles = GS_ROLE_CALL) \
-	X(CU_CTX_SYNCHRONIZE, cuCtxSynchronize, .layer = GS_DRV, .roles = GS_ROLE_CALL) \
-	X(CUDA_MALLOC_FROM_POOL_ASYNC, cudaMallocFromPoolAsync, .layer = GS_RT, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_MALLOC_PITCH, cudaMallocPitch, .layer = GS_RT, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC_PITCH, .mem_cat = GS_MEM_DEVICE) \
-	X(CUDA_MALLOC_HOST, cudaMallocHost, .layer = GS_RT, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED) \
-	X(CUDA_HOST_ALLOC, cudaHostAlloc, .layer = GS_RT, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED) \
-	X(CUDA_FREE_HOST, cudaFreeHost, .layer = GS_RT, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_PINNED) \
-	X(CU_MEM_ALLOC_MANAGED, cuMemAllocManaged, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_MANAGED) \
-	X(CU_MEM_ALLOC_PITCH, cuMemAllocPitch_v2, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC_PITCH, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_ALLOC_FROM_POOL_ASYNC, cuMemAllocFromPoolAsync, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE) \
-	X(CU_MEM_HOST_ALLOC, cuMemHostAlloc, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED) \
-	X(CU_MEM_ALLOC_HOST, cuMemAllocHost_v2, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED) \
-	X(CU_MEM_FREE_HOST, cuMemFreeHost, .layer = GS_DRV, .roles = GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_PINNED) \
-	X(CU_MODULE_GET_FUNCTION, cuModuleGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_MODULE_GET_FUNCTION) \
-	X(CU_LIBRARY_GET_KERNEL, cuLibraryGetKernel, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_LIBRARY_GET_KERNEL) \
-	X(CU_KERNEL_GET_FUNCTION, cuKernelGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_KERNEL_GET_FUNCTION) \
-	X(CUDA_GET_KERNEL, __cudaGetKernel, .layer = GS_RT, .roles = GS_ROLE_NAMER, .namer = GS_NAMER_GET_KERNEL) \
-	X(CUDA_LAUNCH_COOPERATIVE_KERNEL, cudaLaunchCooperativeKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CU_LAUNCH_COOPERATIVE_KERNEL, cuLaunchCooperativeKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH) \
-	X(CUDA_LAUNCH_HOST_FUNC, cudaLaunchHostFunc, .layer = GS_RT, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
-	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC, .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1)) \
-	X(CU_CTX_CREATE, cuCtxCreate_v4, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
-	X(CU_CTX_CREATE_V2, cuCtxCreate_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE) \
-	X(CU_CTX_DESTROY, cuCtxDestroy_v2, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_DESTROY) \
-	X(CU_DEVICE_PRIMARY_CTX_RETAIN, cuDevicePrimaryCtxRetain, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RETAIN) \
-	X(CU_DEVICE_PRIMARY_CTX_RELEASE, cuDevicePrimaryCtxRelease_v2, .layer = GS_DRV, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RELEASE) \
-	X(CU_DEVICE_PRIMARY_CTX_RESET, cuDevicePrimaryCtxReset_v2, .layer = GS_DRV, .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RESET) \
-	X(CU_CTX_SET_CURRENT, cuCtxSetCurrent, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_SET_CURRENT) \
-	X(CU_CTX_PUSH_CURRENT, cuCtxPushCurrent_v2, .layer = GS_DRV, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_PUSH) \
-	X(CU_CTX_POP_CURRENT, cuCtxPopCurrent_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_POP) \
-	X(CUDA_DEVICE_RESET, cudaDeviceReset, .layer = GS_RT, .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)
+#define GS_APIS(X)                                                                                 \
+	X(CUDA_MALLOC, cudaMalloc, .layer = GS_RT, .out = GS_OUT_PTR, .outp = GS_ARG(0),           \
+	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC,          \
+	  .mem_cat = GS_MEM_DEVICE)                                                                \
+	X(CUDA_MALLOC_MANAGED, cudaMallocManaged, .layer = GS_RT, .out = GS_OUT_PTR,               \
+	  .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM,               \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_MANAGED)                                       \
+	X(CUDA_MALLOC_ASYNC, cudaMallocAsync, .layer = GS_RT, .out = GS_OUT_PTR,                   \
+	  .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2),                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)   \
+	X(CUDA_FREE, cudaFree, .layer = GS_RT, .ptr = GS_ARG(0),                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
+	X(CUDA_FREE_ASYNC, cudaFreeAsync, .layer = GS_RT, .ptr = GS_ARG(0), .stream = GS_ARG(1),   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
+	X(CUDA_MEMCPY, cudaMemcpy, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0),            \
+	  .src = GS_ARG(1), .kind = GS_ARG(3), .roles = GS_ROLE_CALL)                              \
+	X(CUDA_MEMCPY_ASYNC, cudaMemcpyAsync, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0), \
+	  .src = GS_ARG(1), .kind = GS_ARG(3), .stream = GS_ARG(4), .roles = GS_ROLE_CALL)         \
+	X(CUDA_MEMSET, cudaMemset, .layer = GS_RT, .size = GS_ARG(2), .ptr = GS_ARG(0),            \
+	  .roles = GS_ROLE_CALL)                                                                   \
+	X(CUDA_LAUNCH_KERNEL, cudaLaunchKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH,        \
+	  .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                                                  \
+	X(CUDA_LAUNCH_KERNEL_EXC, cudaLaunchKernelExC, .layer = GS_RT,                             \
+	  .special = GS_SP_RT_LAUNCH_EX, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                   \
+	X(CUDA_GRAPH_LAUNCH, cudaGraphLaunch, .layer = GS_RT, .stream = GS_ARG(1),                 \
+	  .graph = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_GRAPH_LAUNCH)                        \
+	X(CUDA_GRAPH_INSTANTIATE, cudaGraphInstantiate, .layer = GS_RT, .out = GS_OUT_GRAPH,       \
+	  .outp = GS_ARG(0), .graph = GS_ARG(1), .roles = GS_ROLE_CALL)                            \
+	X(CUDA_STREAM_BEGIN_CAPTURE, cudaStreamBeginCapture, .layer = GS_RT,                       \
+	  .special = GS_SP_CAPTURE_BEGIN, .stream = GS_ARG(0),                                     \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE)                                                 \
+	X(CUDA_STREAM_END_CAPTURE, cudaStreamEndCapture, .layer = GS_RT,                           \
+	  .special = GS_SP_CAPTURE_END, .out = GS_OUT_GRAPH, .outp = GS_ARG(1),                    \
+	  .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE)                            \
+	X(CUDA_STREAM_CREATE, cudaStreamCreate, .layer = GS_RT, .out = GS_OUT_STREAM,              \
+	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL)                                                \
+	X(CUDA_STREAM_SYNCHRONIZE, cudaStreamSynchronize, .layer = GS_RT, .stream = GS_ARG(0),     \
+	  .roles = GS_ROLE_CALL)                                                                   \
+	X(CUDA_EVENT_CREATE, cudaEventCreate, .layer = GS_RT, .out = GS_OUT_EVENT,                 \
+	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL)                                                \
+	X(CUDA_EVENT_RECORD, cudaEventRecord, .layer = GS_RT, .stream = GS_ARG(1),                 \
+	  .event = GS_ARG(0), .roles = GS_ROLE_CALL)                                               \
+	X(CUDA_EVENT_SYNCHRONIZE, cudaEventSynchronize, .layer = GS_RT, .event = GS_ARG(0),        \
+	  .roles = GS_ROLE_CALL)                                                                   \
+	X(CUDA_DEVICE_SYNCHRONIZE, cudaDeviceSynchronize, .layer = GS_RT, .roles = GS_ROLE_CALL)   \
+	X(CUDA_GET_DEVICE, cudaGetDevice, .layer = GS_RT, .out = GS_OUT_DEVICE, .outp = GS_ARG(0), \
+	  .roles = GS_ROLE_CALL)                                                                   \
+	X(CUDA_SET_DEVICE, cudaSetDevice, .layer = GS_RT, .device = GS_ARG(0),                     \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_SET_DEVICE)                 \
+	X(CU_LAUNCH_KERNEL, cuLaunchKernel, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH,           \
+	  .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                                                  \
+	X(CU_LAUNCH_KERNEL_EX, cuLaunchKernelEx, .layer = GS_DRV, .special = GS_SP_CU_LAUNCH_EX,   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                                                  \
+	X(CU_GRAPH_LAUNCH, cuGraphLaunch, .layer = GS_DRV, .stream = GS_ARG(1),                    \
+	  .graph = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_GRAPH_LAUNCH)                        \
+	X(CU_GRAPH_INSTANTIATE_WITH_FLAGS, cuGraphInstantiateWithFlags, .layer = GS_DRV,           \
+	  .out = GS_OUT_GRAPH, .outp = GS_ARG(0), .graph = GS_ARG(1), .roles = GS_ROLE_CALL)       \
+	X(CU_STREAM_BEGIN_CAPTURE, cuStreamBeginCapture_v2, .layer = GS_DRV,                       \
+	  .special = GS_SP_CAPTURE_BEGIN, .stream = GS_ARG(0),                                     \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE)                                                 \
+	X(CU_STREAM_END_CAPTURE, cuStreamEndCapture, .layer = GS_DRV,                              \
+	  .special = GS_SP_CAPTURE_END, .out = GS_OUT_GRAPH, .outp = GS_ARG(1),                    \
+	  .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE)                            \
+	X(CU_MEM_ALLOC, cuMemAlloc_v2, .layer = GS_DRV, .out = GS_OUT_PTR, .outp = GS_ARG(0),      \
+	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC,          \
+	  .mem_cat = GS_MEM_DEVICE)                                                                \
+	X(CU_MEM_ALLOC_ASYNC, cuMemAllocAsync, .layer = GS_DRV, .out = GS_OUT_PTR,                 \
+	  .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2),                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)   \
+	X(CU_MEM_FREE, cuMemFree_v2, .layer = GS_DRV, .ptr = GS_ARG(0),                            \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
+	X(CU_MEM_FREE_ASYNC, cuMemFreeAsync, .layer = GS_DRV, .ptr = GS_ARG(0),                    \
+	  .stream = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE,         \
+	  .mem_cat = GS_MEM_DEVICE)                                                                \
+	X(CU_MEM_CREATE, cuMemCreate, .layer = GS_DRV, .out = GS_OUT_HANDLE, .outp = GS_ARG(0),    \
+	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_CREATE,     \
+	  .mem_cat = GS_MEM_VMM)                                                                   \
+	X(CU_MEM_RELEASE, cuMemRelease, .layer = GS_DRV, .handle = GS_ARG(0),                      \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_RELEASE,                       \
+	  .mem_cat = GS_MEM_VMM)                                                                   \
+	X(CU_MEM_MAP, cuMemMap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0),              \
+	  .handle = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_MAP,      \
+	  .mem_cat = GS_MEM_VMM)                                                                   \
+	X(CU_MEM_UNMAP, cuMemUnmap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0),          \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_UNMAP, .mem_cat = GS_MEM_VMM)  \
+	X(CU_MEMCPY_HTOD, cuMemcpyHtoD_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(1), .roles = GS_ROLE_CALL)                        \
+	X(CU_MEMCPY_DTOH, cuMemcpyDtoH_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(2), .roles = GS_ROLE_CALL)                        \
+	X(CU_MEMCPY_ASYNC, cuMemcpyAsync, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),    \
+	  .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(4), .roles = GS_ROLE_CALL)   \
+	X(CU_STREAM_SYNCHRONIZE, cuStreamSynchronize, .layer = GS_DRV, .stream = GS_ARG(0),        \
+	  .roles = GS_ROLE_CALL)                                                                   \
+	X(CU_CTX_SYNCHRONIZE, cuCtxSynchronize, .layer = GS_DRV, .roles = GS_ROLE_CALL)            \
+	X(CUDA_MALLOC_FROM_POOL_ASYNC, cudaMallocFromPoolAsync, .layer = GS_RT,                    \
+	  .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)                  \
+	X(CUDA_MALLOC_PITCH, cudaMallocPitch, .layer = GS_RT, .roles = GS_ROLE_MEM,                \
+	  .mem_op = GS_MEM_ALLOC_PITCH, .mem_cat = GS_MEM_DEVICE)                                  \
+	X(CUDA_MALLOC_HOST, cudaMallocHost, .layer = GS_RT, .roles = GS_ROLE_MEM,                  \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED)                                        \
+	X(CUDA_HOST_ALLOC, cudaHostAlloc, .layer = GS_RT, .roles = GS_ROLE_MEM,                    \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED)                                        \
+	X(CUDA_FREE_HOST, cudaFreeHost, .layer = GS_RT, .roles = GS_ROLE_MEM,                      \
+	  .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_PINNED)                                         \
+	X(CU_MEM_ALLOC_MANAGED, cuMemAllocManaged, .layer = GS_DRV, .roles = GS_ROLE_MEM,          \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_MANAGED)                                       \
+	X(CU_MEM_ALLOC_PITCH, cuMemAllocPitch_v2, .layer = GS_DRV, .roles = GS_ROLE_MEM,           \
+	  .mem_op = GS_MEM_ALLOC_PITCH, .mem_cat = GS_MEM_DEVICE)                                  \
+	X(CU_MEM_ALLOC_FROM_POOL_ASYNC, cuMemAllocFromPoolAsync, .layer = GS_DRV,                  \
+	  .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)                  \
+	X(CU_MEM_HOST_ALLOC, cuMemHostAlloc, .layer = GS_DRV, .roles = GS_ROLE_MEM,                \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED)                                        \
+	X(CU_MEM_ALLOC_HOST, cuMemAllocHost_v2, .layer = GS_DRV, .roles = GS_ROLE_MEM,             \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_PINNED)                                        \
+	X(CU_MEM_FREE_HOST, cuMemFreeHost, .layer = GS_DRV, .roles = GS_ROLE_MEM,                  \
+	  .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_PINNED)                                         \
+	X(CU_MODULE_GET_FUNCTION, cuModuleGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER,    \
+	  .namer = GS_NAMER_MODULE_GET_FUNCTION)                                                   \
+	X(CU_LIBRARY_GET_KERNEL, cuLibraryGetKernel, .layer = GS_DRV, .roles = GS_ROLE_NAMER,      \
+	  .namer = GS_NAMER_LIBRARY_GET_KERNEL)                                                    \
+	X(CU_KERNEL_GET_FUNCTION, cuKernelGetFunction, .layer = GS_DRV, .roles = GS_ROLE_NAMER,    \
+	  .namer = GS_NAMER_KERNEL_GET_FUNCTION)                                                   \
+	X(CUDA_GET_KERNEL, __cudaGetKernel, .layer = GS_RT, .roles = GS_ROLE_NAMER,                \
+	  .namer = GS_NAMER_GET_KERNEL)                                                            \
+	X(CUDA_LAUNCH_COOPERATIVE_KERNEL, cudaLaunchCooperativeKernel, .layer = GS_RT,             \
+	  .special = GS_SP_RT_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                      \
+	X(CU_LAUNCH_COOPERATIVE_KERNEL, cuLaunchCooperativeKernel, .layer = GS_DRV,                \
+	  .special = GS_SP_CU_LAUNCH, .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                      \
+	X(CUDA_LAUNCH_HOST_FUNC, cudaLaunchHostFunc, .layer = GS_RT, .special = GS_SP_HOST_FUNC,   \
+	  .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1))          \
+	X(CU_LAUNCH_HOST_FUNC, cuLaunchHostFunc, .layer = GS_DRV, .special = GS_SP_HOST_FUNC,      \
+	  .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH, .func = GS_ARG(1))          \
+	X(CU_CTX_CREATE, cuCtxCreate_v4, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0),    \
+	  .device = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE)   \
+	X(CU_CTX_CREATE_V2, cuCtxCreate_v2, .layer = GS_DRV, .out = GS_OUT_CTX, .outp = GS_ARG(0), \
+	  .device = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_CREATE)   \
+	X(CU_CTX_DESTROY, cuCtxDestroy_v2, .layer = GS_DRV,                                        \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_DESTROY)     \
+	X(CU_DEVICE_PRIMARY_CTX_RETAIN, cuDevicePrimaryCtxRetain, .layer = GS_DRV,                 \
+	  .out = GS_OUT_CTX, .outp = GS_ARG(0), .device = GS_ARG(1),                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_PRIMARY_RETAIN)                \
+	X(CU_DEVICE_PRIMARY_CTX_RELEASE, cuDevicePrimaryCtxRelease_v2, .layer = GS_DRV,            \
+	  .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT,                            \
+	  .ctx_op = GS_CTX_PRIMARY_RELEASE)                                                        \
+	X(CU_DEVICE_PRIMARY_CTX_RESET, cuDevicePrimaryCtxReset_v2, .layer = GS_DRV,                \
+	  .device = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT,                            \
+	  .ctx_op = GS_CTX_PRIMARY_RESET)                                                          \
+	X(CU_CTX_SET_CURRENT, cuCtxSetCurrent, .layer = GS_DRV,                                    \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_SET_CURRENT) \
+	X(CU_CTX_PUSH_CURRENT, cuCtxPushCurrent_v2, .layer = GS_DRV,                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_PUSH)        \
+	X(CU_CTX_POP_CURRENT, cuCtxPopCurrent_v2, .layer = GS_DRV, .out = GS_OUT_CTX,              \
+	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_POP)        \
+	X(CUDA_DEVICE_RESET, cudaDeviceReset, .layer = GS_RT,                                      \
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)
 
 #define GS_API_ENUM(id, sym, ...) GS_API_##id,
 enum gs_api { GS_APIS(GS_API_ENUM) GS_API_COUNT };
 #undef GS_API_ENUM
 
 #define GS_API_DESC(id, sym, ...) {__VA_ARGS__},
-#define GS_API_DESC_TABLE { GS_APIS(GS_API_DESC) }
+#define GS_API_DESC_TABLE                                                                          \
+	{                                                                                          \
+		GS_APIS(GS_API_DESC)                                                               \
+	}
 
 #endif

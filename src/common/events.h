@@ -9,6 +9,8 @@
 #endif
 
 #define GS_COMM_LEN 16
+/* Cgroups a container filter lets through (common/scope_filter.bpf.h). */
+#define GS_MAX_SCOPE_CGROUPS 16384
 
 enum gs_phase { GS_PHASE_ENTER = 0, GS_PHASE_EXIT = 1 };
 

@@ -31,8 +31,9 @@
 #define GS_CU_LAUNCH_SMEM 7
 #define GS_CU_LAUNCH_STREAM 8
 _Static_assert(GS_RT_LAUNCH_STREAM == GS_RT_LAUNCH_SMEM + 1, "read together");
-_Static_assert(GS_CU_LAUNCH_SMEM == GS_CU_LAUNCH_BLOCK + 3 && GS_CU_LAUNCH_STREAM == GS_CU_LAUNCH_SMEM + 1,
-	       "read together");
+_Static_assert(GS_CU_LAUNCH_SMEM == GS_CU_LAUNCH_BLOCK + 3 &&
+                       GS_CU_LAUNCH_STREAM == GS_CU_LAUNCH_SMEM + 1,
+               "read together");
 /* cudaLaunchKernelExC and cuLaunchKernelEx */
 #define GS_LAUNCH_EX_CONFIG 0
 #define GS_LAUNCH_EX_FUNC 1
@@ -70,9 +71,12 @@ static __always_inline __u64 gs_launch_handle(struct pt_regs *ctx, const __u8 ki
 	 * computed offset, which the verifier rejects. */
 	switch (kind) {
 	case GS_SP_RT_LAUNCH_EX:
-	case GS_SP_CU_LAUNCH_EX: return PT_REGS_PARM2(ctx); /* GS_LAUNCH_EX_FUNC */
-	case GS_SP_HOST_FUNC: return PT_REGS_PARM2(ctx);    /* the host function */
-	default: return PT_REGS_PARM1(ctx);                 /* GS_*_LAUNCH_FUNC, GS_GRAPH_LAUNCH_EXEC */
+	case GS_SP_CU_LAUNCH_EX:
+		return PT_REGS_PARM2(ctx); /* GS_LAUNCH_EX_FUNC */
+	case GS_SP_HOST_FUNC:
+		return PT_REGS_PARM2(ctx); /* the host function */
+	default:
+		return PT_REGS_PARM1(ctx); /* GS_*_LAUNCH_FUNC, GS_GRAPH_LAUNCH_EXEC */
 	}
 }
 
@@ -87,12 +91,17 @@ static __always_inline __u64 gs_launch_config_stream(__u64 config)
 static __always_inline __u64 gs_launch_stream(struct pt_regs *ctx, const __u8 kind)
 {
 	switch (kind) {
-	case GS_SP_RT_LAUNCH: return gs_arg(ctx, GS_RT_LAUNCH_STREAM);
-	case GS_SP_CU_LAUNCH: return gs_arg(ctx, GS_CU_LAUNCH_STREAM);
+	case GS_SP_RT_LAUNCH:
+		return gs_arg(ctx, GS_RT_LAUNCH_STREAM);
+	case GS_SP_CU_LAUNCH:
+		return gs_arg(ctx, GS_CU_LAUNCH_STREAM);
 	case GS_SP_RT_LAUNCH_EX:
-	case GS_SP_CU_LAUNCH_EX: return gs_launch_config_stream(PT_REGS_PARM1(ctx) /* GS_LAUNCH_EX_CONFIG */);
-	case GS_SP_HOST_FUNC: return PT_REGS_PARM1(ctx);
-	default: return gs_arg(ctx, GS_GRAPH_LAUNCH_STREAM);
+	case GS_SP_CU_LAUNCH_EX:
+		return gs_launch_config_stream(PT_REGS_PARM1(ctx) /* GS_LAUNCH_EX_CONFIG */);
+	case GS_SP_HOST_FUNC:
+		return PT_REGS_PARM1(ctx);
+	default:
+		return gs_arg(ctx, GS_GRAPH_LAUNCH_STREAM);
 	}
 }
 
@@ -103,10 +112,11 @@ static __always_inline void gs_launch_read_cluster(struct gs_call_event *e, __u6
 		__u32 id = 0;
 		if (i >= n)
 			break;
-		bpf_probe_read_user(&id, sizeof(id), (void *)(attrs + i * GS_LATTR_SIZE + GS_LATTR_ID));
+		bpf_probe_read_user(&id, sizeof(id),
+		                    (void *)(attrs + i * GS_LATTR_SIZE + GS_LATTR_ID));
 		if (id == GS_LATTR_CLUSTER_DIMENSION) {
 			bpf_probe_read_user(e->args.cluster, sizeof(e->args.cluster),
-					    (void *)(attrs + i * GS_LATTR_SIZE + GS_LATTR_VALUE));
+			                    (void *)(attrs + i * GS_LATTR_SIZE + GS_LATTR_VALUE));
 			e->fields |= GS_F_CLUSTER;
 		}
 	}
@@ -114,7 +124,8 @@ static __always_inline void gs_launch_read_cluster(struct gs_call_event *e, __u6
 
 /* A kernel launch's function, grid, block, shared memory, stream and cluster into e, from the
  * copied registers; special is the row's (GS_SP_RT_LAUNCH .. GS_SP_CU_LAUNCH_EX). */
-static __always_inline void gs_launch_decode(const struct gs_args *r, __u8 special, struct gs_call_event *e)
+static __always_inline void gs_launch_decode(const struct gs_args *r, __u8 special,
+                                             struct gs_call_event *e)
 {
 	struct gs_call_args *a = &e->args;
 	__u64 cfg, v[5] = {};
@@ -163,8 +174,9 @@ static __always_inline void gs_launch_decode(const struct gs_args *r, __u8 speci
 		a->block[2] = ex[GS_LCFG_DIMS / 4 + 5];
 		a->shared_mem_bytes = ex[GS_LCFG_SMEM / 4];
 		a->stream = ((__u64)ex[GS_LCFG_STREAM / 4 + 1] << 32) | ex[GS_LCFG_STREAM / 4];
-		gs_launch_read_cluster(e, ((__u64)ex[GS_LCFG_ATTRS / 4 + 1] << 32) | ex[GS_LCFG_ATTRS / 4],
-				       ex[GS_LCFG_NUM_ATTRS / 4]);
+		gs_launch_read_cluster(
+		        e, ((__u64)ex[GS_LCFG_ATTRS / 4 + 1] << 32) | ex[GS_LCFG_ATTRS / 4],
+		        ex[GS_LCFG_NUM_ATTRS / 4]);
 		break;
 	}
 }

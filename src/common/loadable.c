@@ -46,7 +46,8 @@ static int read_at(int fd, void *buf, size_t n, uint64_t off)
 static enum gs_lib_status check_fd(int fd, const char *path, char *why, size_t len)
 {
 	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) /* a directory holds no library: as if none were there */
+	if (fstat(fd, &st) == 0 &&
+	    S_ISDIR(st.st_mode)) /* a directory holds no library: as if none were there */
 		return say(GS_LIB_UNREADABLE, why, len, "%s is a directory", path);
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return say(GS_LIB_DAMAGED, why, len, "%s is not a regular file", path);
@@ -54,21 +55,26 @@ static enum gs_lib_status check_fd(int fd, const char *path, char *why, size_t l
 	Elf64_Ehdr eh;
 	if (!read_at(fd, &eh, sizeof eh, 0) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
 		return say(GS_LIB_DAMAGED, why, len, "%s is not an ELF shared object", path);
-	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_machine != GS_EM ||
-	    eh.e_type != ET_DYN)
-		return say(GS_LIB_DAMAGED, why, len, "%s is not an %s ELF shared object", path, GS_ARCH);
+	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+	    eh.e_machine != GS_EM || eh.e_type != ET_DYN)
+		return say(GS_LIB_DAMAGED, why, len, "%s is not an %s ELF shared object", path,
+		           GS_ARCH);
 	if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phoff > size ||
 	    (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > size - eh.e_phoff)
 		return say(GS_LIB_DAMAGED, why, len,
-			   "%s is truncated or damaged: its program headers are not within its %llu bytes", path,
-			   (unsigned long long)size);
+		           "%s is truncated or damaged: its program headers are not within its "
+		           "%llu bytes",
+		           path, (unsigned long long)size);
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 		if (!read_at(fd, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph))
 			return say(GS_LIB_DAMAGED, why, len, "%s cannot be read", path);
 		if (ph.p_filesz && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
-			return say(GS_LIB_DAMAGED, why, len, "%s is truncated: segment %u ends at byte %llu, the file has %llu",
-				   path, i, (unsigned long long)(ph.p_offset + ph.p_filesz), (unsigned long long)size);
+			return say(
+			        GS_LIB_DAMAGED, why, len,
+			        "%s is truncated: segment %u ends at byte %llu, the file has %llu",
+			        path, i, (unsigned long long)(ph.p_offset + ph.p_filesz),
+			        (unsigned long long)size);
 	}
 	return GS_LIB_OK;
 }
@@ -78,7 +84,8 @@ enum gs_lib_status gs_lib_check(const char *path, char *why, size_t why_len)
 	/* Non-blocking: a FIFO named as a library would hold the open until a writer came. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return say(GS_LIB_UNREADABLE, why, why_len, "%s cannot be opened: %s", path, strerror(errno));
+		return say(GS_LIB_UNREADABLE, why, why_len, "%s cannot be opened: %s", path,
+		           strerror(errno));
 	enum gs_lib_status st = check_fd(fd, path, why, why_len);
 	close(fd);
 	return st;
@@ -87,7 +94,8 @@ enum gs_lib_status gs_lib_check(const char *path, char *why, size_t why_len)
 static int found_in(const char *dir, size_t dir_len, const char *name, char *path, size_t path_len)
 {
 	struct stat st;
-	int n = dir_len ? snprintf(path, path_len, "%.*s/%s", (int)dir_len, dir, name) : snprintf(path, path_len, "%s", name);
+	int n = dir_len ? snprintf(path, path_len, "%.*s/%s", (int)dir_len, dir, name)
+	                : snprintf(path, path_len, "%s", name);
 	return n > 0 && (size_t)n < path_len && stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -99,8 +107,8 @@ static char *read_cache(size_t *size)
 	char *buf = NULL;
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < (64 << 20) && (buf = malloc((size_t)st.st_size)) &&
-	    !read_at(fd, buf, (size_t)st.st_size, 0)) {
+	if (fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < (64 << 20) &&
+	    (buf = malloc((size_t)st.st_size)) && !read_at(fd, buf, (size_t)st.st_size, 0)) {
 		free(buf);
 		buf = NULL;
 	}
@@ -134,8 +142,9 @@ static int in_cache(const char *name, char *path, size_t path_len)
 				uint64_t hwcap;
 			} e;
 			memcpy(&e, h + 48 + i * 24, sizeof e);
-			if (e.flags != GS_CACHE_ID || e.hwcap || e.key >= size - at || e.value >= size - at ||
-			    !memchr(h + e.key, 0, size - at - e.key) || !memchr(h + e.value, 0, size - at - e.value) ||
+			if (e.flags != GS_CACHE_ID || e.hwcap || e.key >= size - at ||
+			    e.value >= size - at || !memchr(h + e.key, 0, size - at - e.key) ||
+			    !memchr(h + e.value, 0, size - at - e.value) ||
 			    strcmp(h + e.key, name) != 0)
 				continue;
 			found = found_in("", 0, h + e.value, path, path_len);
@@ -158,15 +167,20 @@ int gs_lib_resolve(const char *name, char *path, size_t path_len)
 	}
 	if (in_cache(name, path, path_len))
 		return 0;
-	static const char *dirs[] = {"/lib/" GS_MULTIARCH, "/usr/lib/" GS_MULTIARCH, "/lib64", "/usr/lib64", "/lib",
-				     "/usr/lib"};
+	static const char *dirs[] = {"/lib/" GS_MULTIARCH,
+	                             "/usr/lib/" GS_MULTIARCH,
+	                             "/lib64",
+	                             "/usr/lib64",
+	                             "/lib",
+	                             "/usr/lib"};
 	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
 		if (found_in(dirs[i], strlen(dirs[i]), name, path, path_len))
 			return 0;
 	return -1;
 }
 
-enum gs_lib_status gs_dlopen_checked(const char *name, int flags, void **handle, char *why, size_t why_len)
+enum gs_lib_status gs_dlopen_checked(const char *name, int flags, void **handle, char *why,
+                                     size_t why_len)
 {
 	char path[PATH_MAX];
 	*handle = NULL;

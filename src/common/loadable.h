@@ -28,7 +28,8 @@ enum gs_lib_status gs_lib_check(const char *path, char *why, size_t why_len);
 
 /* dlopen of the file `name` resolves to, once it passes gs_lib_check. A bare name that is
  * already loaded is taken as it is; one not found where gs_lib_resolve looks is left to dlopen. */
-enum gs_lib_status gs_dlopen_checked(const char *name, int flags, void **handle, char *why, size_t why_len);
+enum gs_lib_status gs_dlopen_checked(const char *name, int flags, void **handle, char *why,
+                                     size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -12,11 +12,21 @@
 static __always_inline __u32 gs_log2(__u64 v)
 {
 	__u32 r = 0, s;
-	s = (v > 0xFFFFFFFFULL) << 5; v >>= s; r |= s;
-	s = (v > 0xFFFF) << 4; v >>= s; r |= s;
-	s = (v > 0xFF) << 3; v >>= s; r |= s;
-	s = (v > 0xF) << 2; v >>= s; r |= s;
-	s = (v > 0x3) << 1; v >>= s; r |= s;
+	s = (v > 0xFFFFFFFFULL) << 5;
+	v >>= s;
+	r |= s;
+	s = (v > 0xFFFF) << 4;
+	v >>= s;
+	r |= s;
+	s = (v > 0xFF) << 3;
+	v >>= s;
+	r |= s;
+	s = (v > 0xF) << 2;
+	v >>= s;
+	r |= s;
+	s = (v > 0x3) << 1;
+	v >>= s;
+	r |= s;
 	r |= (v >> 1);
 	return r;
 }

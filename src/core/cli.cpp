@@ -41,6 +41,34 @@ void add_scope_flags(CLI::App* cmd, Scope& s, bool libs) {
       "Only these host pids (repeatable)");
   cmd->add_option("-c,--comm", s.comm, "Only processes with this name");
   if (libs) cmd->add_option("--lib", s.libs, "Also probe this CUDA library or executable (repeatable)");
+  add_container_flags(cmd, s);
+}
+
+void add_container_flags(CLI::App* cmd, Scope& s) {
+  auto paths = std::make_shared<ContainerPaths>();
+  cmd->add_option("--container", s.where.containers,
+                  "Only processes in this container: its name, its id or 12+ digits of it (repeatable)");
+  auto named = [](const char* flag, std::string& dst) {
+    return [flag, &dst](const std::string& v) {
+      if (v.empty()) throw UsageError(std::string(flag) + " needs a name");
+      dst = v;
+    };
+  };
+  cmd->add_option_function<std::string>("--pod", named("--pod", s.where.pod), "Only processes in this Kubernetes pod");
+  cmd->add_option_function<std::string>("-n,--namespace", named("--namespace", s.where.ns),
+                                        "Only processes in pods of this Kubernetes namespace");
+  cmd->add_flag("--host", s.where.host, "Only processes in no container");
+  cmd->add_option_function<std::string>(
+      "--pods-dir", [paths](const std::string& d) { paths->set_pods_dir(d); },
+      "The kubelet's pod log directory, for pod and namespace names (default /var/log/pods)");
+  cmd->add_option_function<std::string>(
+      "--runtime-root", [paths](const std::string& d) { paths->set_runtime_root(d); },
+      "Where the container runtimes' state is read, as a host's / (default /)");
+  // After every flag: the paths decide what --pod can read.
+  cmd->parse_complete_callback([&s, paths] {
+    s.containers = std::make_shared<ProcessContainers>(*paths);
+    s.validate();
+  });
 }
 
 std::string flag_name(const std::string& flags) {

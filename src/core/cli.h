@@ -21,9 +21,12 @@ struct CommonFlags {
 
 // -d/--duration, --json, -v.
 void add_common_flags(CLI::App* cmd, CommonFlags& c);
-// -p/--pid, -c/--comm and, with `libs`, --lib. Pids are checked here as they are parsed (a pid
+// -p/--pid, -c/--comm, the container filters and, with `libs`, --lib. Pids are checked here as they are parsed (a pid
 // that does not exist is a usage error), so no command or collector checks them again.
 void add_scope_flags(CLI::App* cmd, Scope& s, bool libs = true);
+// --container, --pod, -n/--namespace, --host, and where their names are read (--pods-dir,
+// --runtime-root); checked once every flag is parsed. Part of add_scope_flags.
+void add_container_flags(CLI::App* cmd, Scope& s);
 
 // A numeric flag read as text and checked here, so that nan, inf, overflow and negative
 // values of unsigned flags all get the same one-line error:

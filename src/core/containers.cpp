@@ -278,6 +278,20 @@ ContainerPaths ContainerPaths::under(const std::string& root) const {
   return p;
 }
 
+void ContainerPaths::set_pods_dir(const std::string& dir) {
+  pods_dir = dir;
+  while (pods_dir.size() > 1 && pods_dir.back() == '/') pods_dir.pop_back();
+  size_t slash = pods_dir.find_last_of('/');
+  containers_log_dir = (slash == std::string::npos ? std::string(".") : pods_dir.substr(0, slash)) + "/containers";
+}
+
+void ContainerPaths::set_runtime_root(const std::string& root) {
+  ContainerPaths moved = ContainerPaths{}.under(root);
+  docker_root = moved.docker_root;
+  containerd_state = moved.containerd_state;
+  storage_roots = moved.storage_roots;
+}
+
 ContainerResolver::ContainerResolver(ContainerPaths paths, size_t max_entries)
     : paths_(std::move(paths)), max_entries_(std::max<size_t>(max_entries, 1)) {
   v2_root_ = detect_v2_root(paths_.cgroup_root);
@@ -506,6 +520,67 @@ std::vector<ContainerInfo> ContainerResolver::containers() {
   } catch (const std::exception&) {
   }
   return out;
+}
+
+ContainerInfo ProcessContainers::of(pid_t pid) {
+  std::lock_guard lock(mu_);
+  if (auto it = by_pid_.find(pid); it != by_pid_.end()) return it->second.info;
+  ContainerInfo c = resolver_.resolve(pid);
+  if (!c.resolved) return c;
+  if (by_pid_.size() >= kMaxProcesses) std::erase_if(by_pid_, [](auto& e) { return !process_running(e.first); });
+  if (by_pid_.size() < kMaxProcesses) by_pid_.emplace(pid, Known{c});
+  return c;
+}
+
+ContainerInfo ProcessContainers::refresh(pid_t pid) {
+  {
+    std::lock_guard lock(mu_);
+    by_pid_.erase(pid);
+  }
+  return of(pid);
+}
+
+void ProcessContainers::forget(pid_t pid) {
+  std::lock_guard lock(mu_);
+  by_pid_.erase(pid);
+}
+
+void ProcessContainers::sweep() {
+  std::lock_guard lock(mu_);
+  const int64_t now = now_ms();
+  for (auto it = by_pid_.begin(); it != by_pid_.end();) {
+    if (!process_running(it->first) && !it->second.gone_ms) it->second.gone_ms = now;
+    if (it->second.gone_ms && now - it->second.gone_ms >= keep_gone_ms_)
+      it = by_pid_.erase(it);
+    else
+      ++it;
+  }
+  resolver_.forget_gone();
+}
+
+std::vector<ContainerInfo> ProcessContainers::containers() {
+  std::lock_guard lock(mu_);
+  return resolver_.containers();
+}
+
+bool ProcessContainers::kubernetes_readable() const {
+  std::lock_guard lock(mu_);
+  return resolver_.kubernetes_readable();
+}
+
+bool ProcessContainers::has_cgroup_v2() const {
+  std::error_code ec;
+  return fs::exists(resolver_.cgroup2_root() + "/cgroup.controllers", ec);
+}
+
+size_t ProcessContainers::processes() const {
+  std::lock_guard lock(mu_);
+  return by_pid_.size();
+}
+
+size_t ProcessContainers::cgroups() const {
+  std::lock_guard lock(mu_);
+  return resolver_.cache_size();
 }
 
 }  // namespace gpuscope

@@ -39,8 +39,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -112,6 +114,16 @@ struct ContainerPaths {
 
   // The same paths below `root`, for a host filesystem mounted elsewhere (e.g. /host).
   ContainerPaths under(const std::string& root) const;
+  // The kubelet's pod log directory `dir`, with its containers/ log links beside it (--pods-dir).
+  void set_pods_dir(const std::string& dir);
+  // The runtimes' state below `root` as on a host: root/var/lib/docker, root/run/containerd,
+  // root/var/lib/containers/storage, root/run/containers/storage (--runtime-root).
+  void set_runtime_root(const std::string& root);
+  static ContainerPaths with_pods_dir(const std::string& dir) {
+    ContainerPaths p;
+    p.set_pods_dir(dir);
+    return p;
+  }
 };
 
 class ContainerResolver {
@@ -163,6 +175,42 @@ class ContainerResolver {
   uint64_t use_seq_ = 0;
   std::map<Key, Entry> cache_;
   std::map<uint64_t, std::string> v2_dirs_;  // cgroup id -> path below v2_root_, from the last walk
+};
+
+// The container of each process for a command's collectors and views: resolved when a process
+// is first asked for and kept for its life, so that a process that has exited by the time its
+// events are shown keeps its names. Thread-safe (the agent's HTTP thread asks too).
+class ProcessContainers {
+ public:
+  explicit ProcessContainers(ContainerPaths paths = {}, int64_t keep_gone_ms = kKeepGoneMs)
+      : resolver_(std::move(paths)), keep_gone_ms_(keep_gone_ms) {}
+  ContainerInfo of(pid_t pid);
+  // Resolves the process anew (after an exec it may have moved) and keeps that.
+  ContainerInfo refresh(pid_t pid);
+  void forget(pid_t pid);
+  // Drops processes gone for keep_gone_ms (their last events may still be on their way to a
+  // view) and cgroups gone (ContainerResolver::forget_gone).
+  void sweep();
+  std::vector<ContainerInfo> containers();
+  bool kubernetes_readable() const;
+  const ContainerPaths& paths() const { return resolver_.paths(); }
+  // Where cgroup v2 is mounted, when it is (the ids BPF sees are its directories' inodes).
+  bool has_cgroup_v2() const;
+  size_t processes() const;
+  size_t cgroups() const;
+
+  static constexpr size_t kMaxProcesses = 65536;
+  static constexpr int64_t kKeepGoneMs = 10000;
+
+ private:
+  struct Known {
+    ContainerInfo info;
+    int64_t gone_ms = 0;  // when a sweep first found the process gone
+  };
+  mutable std::mutex mu_;
+  ContainerResolver resolver_;
+  int64_t keep_gone_ms_;
+  std::unordered_map<pid_t, Known> by_pid_;
 };
 
 }  // namespace gpuscope

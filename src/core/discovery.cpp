@@ -74,8 +74,12 @@ std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only
       }
       // The maps line already names the inode: skip known files without a stat.
       Key key{m.dev, m.ino};
-      if (done_.count(key)) continue;
+      if (done_.count(key)) {
+        if (cuda_.count(key)) cuda_pids_.push_back(pid);
+        continue;
+      }
       if (auto it = index.find(key); it != index.end()) {
+        cuda_pids_.push_back(pid);
         auto& alt = found[it->second].alternates;
         if (alt.size() < 4) alt.emplace_back(pid, open_path);
         continue;
@@ -84,6 +88,7 @@ std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only
       if (!obj) continue;
       index[key] = found.size();
       found.push_back(std::move(*obj));
+      cuda_pids_.push_back(pid);
     }
   }
   return found;
@@ -92,6 +97,7 @@ std::vector<CudaObject> Discovery::scan_processes(const std::vector<pid_t>* only
 void Discovery::attached(const CudaObject& obj) {
   Key key{obj.dev, obj.ino};
   done_.insert(key);
+  cuda_.insert(key);
   attempts_.erase(key);
   symbols_.erase(key);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/elf_symbols.h"
@@ -57,6 +58,8 @@ class Discovery {
   CudaObject add_path(const std::string& path);
   // The object is attached: later scans skip it.
   void attached(const CudaObject& obj);
+  // The processes the scans since the last call found mapping a CUDA object (attached or found).
+  std::vector<pid_t> take_cuda_pids() { return std::exchange(cuda_pids_, {}); }
   // Whether the file (by device and inode, whatever its name) is attached or settled already.
   bool settled(const CudaObject& obj) const { return done_.count({obj.dev, obj.ino}) > 0; }
   // Attaching failed through every path offered; returns false when it is given up for good.
@@ -76,7 +79,9 @@ class Discovery {
   std::optional<CudaObject> consider(const std::string& path, const std::string& open_path, pid_t pid);
   Wanted wanted_;
   std::vector<pid_t> pids_;
-  std::set<Key> done_;                                        // attached, not CUDA, or given up
+  std::set<Key> done_;  // attached, not CUDA, or given up
+  std::set<Key> cuda_;  // attached
+  std::vector<pid_t> cuda_pids_;
   std::map<Key, std::shared_ptr<const ElfSymbols>> symbols_;  // read once per file
   std::map<Key, int> attempts_;
   std::set<std::pair<dev_t, ino_t>> loaders_seen_;

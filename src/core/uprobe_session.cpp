@@ -302,8 +302,11 @@ void UprobeSession::start() {
       stats_.exec_hook = true;
     }
     notices_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.session_events), [this](const void* d, size_t n) {
-      if (n >= sizeof(gs_session_event))
-        noticed_.push_back(static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid));
+      if (n < sizeof(gs_session_event)) return;
+      const auto pid = static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid);
+      noticed_.push_back(pid);
+      // At once, not at the deferred rescan: the BPF side drops its calls until it is admitted.
+      if (scope_.where.active()) scope_.admit(pid);
     });
   } else if (verbose_) {
     fprintf(stderr, "gpuscope: no exec/dlopen hooks (%s): libraries are found by rescans only\n", strerror(errno));
@@ -321,9 +324,15 @@ void UprobeSession::start() {
   }
   scan_libraries(nullptr);
   initial_pids_.assign(initial.begin(), initial.end());
+  name_processes();
   rescan(nullptr);  // only for the loader hooks: the objects are attached by now
   event_driven_ = stats_.exec_hook && stats_.loader_hooks > 0;
   if (verbose_) fprintf(stderr, "gpuscope: library discovery: %s\n", discovery_mode().c_str());
+}
+
+void UprobeSession::name_processes() {
+  // Named while they run: their events may be shown after they have gone.
+  for (pid_t p : disc_->take_cuda_pids()) scope_.containers->of(p);
 }
 
 void UprobeSession::rescan(const std::vector<pid_t>* only) {
@@ -331,9 +340,12 @@ void UprobeSession::rescan(const std::vector<pid_t>* only) {
     for (const auto& obj : disc_->scan_processes(only)) attach(obj, false);
     scan_libraries(only);
   } else if (next_full_ != EventLoop::Clock::time_point{}) {
+    scope_.containers->sweep();
+    scope_.admit_all();
     for (const auto& obj : disc_->scan_processes()) attach(obj, false);
     scan_libraries(nullptr);
   }
+  name_processes();
   if (!skel_) return;
   const std::vector<pid_t> pids = scope_.pids.empty() ? std::vector<pid_t>{-1} : scope_.pids;
   for (const auto& ld : disc_->take_new_loaders())
@@ -380,8 +392,11 @@ void UprobeSession::rescan_noticed() {
       if (scope_.pids.empty() || std::find(scope_.pids.begin(), scope_.pids.end(), p) != scope_.pids.end())
         pids.push_back(p);
     noticed_.clear();
-    for (pid_t p : pids)
+    for (pid_t p : pids) {
+      // A new image may be another process's: named anew at the rescan below.
+      scope_.containers->forget(p);
       for (auto& f : maps_changed_) f(p);
+    }
     if (!pids.empty()) rescan(&pids);
   }
 }

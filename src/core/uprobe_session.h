@@ -148,6 +148,7 @@ class UprobeSession {
                            size_t& failures, std::string* err);
   const ElfSymbols* attach_library_file(Library& lib, const std::string& path, dev_t dev, ino_t ino, std::string* err);
   void scan_libraries(const std::vector<pid_t>* only);
+  void name_processes();
   void rescan(const std::vector<pid_t>* only);
   bool wanted(std::string_view sym) const;
 

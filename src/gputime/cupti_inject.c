@@ -27,38 +27,36 @@
 #define GS_EXPORT __attribute__((visibility("default")))
 
 GS_EXPORT volatile struct gs_gt_control gpuscope_cupti_control = {
-	.magic = GS_GT_MAGIC, .version = GS_GT_CONTROL_VERSION, .clients = GS_GT_CLIENTS};
+    .magic = GS_GT_MAGIC, .version = GS_GT_CONTROL_VERSION, .clients = GS_GT_CLIENTS};
 
 /* The hand-off points gpuscope probes. The asm keeps each call and keeps the two bodies
  * apart (identical-code folding would make one symbol fire for both). */
 GS_EXPORT __attribute__((noinline)) void gpuscope_cupti_buffer(const struct gs_gt_record *recs, uint32_t n,
-							   const struct gs_gt_batch *batch)
-{
-	__asm__ volatile("# gpuscope_cupti_buffer" ::"r"(recs), "r"(n), "r"(batch) : "memory");
+                                                               const struct gs_gt_batch *batch) {
+  __asm__ volatile("# gpuscope_cupti_buffer" ::"r"(recs), "r"(n), "r"(batch) : "memory");
 }
 
-GS_EXPORT __attribute__((noinline)) void gpuscope_cupti_name(uint32_t id, const char *name, uint32_t len)
-{
-	__asm__ volatile("# gpuscope_cupti_name" ::"r"(id), "r"(name), "r"(len) : "memory");
+GS_EXPORT __attribute__((noinline)) void gpuscope_cupti_name(uint32_t id, const char *name, uint32_t len) {
+  __asm__ volatile("# gpuscope_cupti_name" ::"r"(id), "r"(name), "r"(len) : "memory");
 }
 
 static struct {
-	__typeof__(&cuptiGetVersion) getVersion;
-	__typeof__(&cuptiGetResultString) resultString;
-	__typeof__(&cuptiActivityEnable) enable;
-	__typeof__(&cuptiActivityDisable) disable;
-	__typeof__(&cuptiActivityRegisterCallbacks) registerCallbacks;
-	__typeof__(&cuptiActivityGetNextRecord) nextRecord;
-	__typeof__(&cuptiActivityFlushAll) flushAll;
-	__typeof__(&cuptiActivityRegisterTimestampCallback) timestampCallback;
-	__typeof__(&cuptiGetTimestamp) getTimestamp;
-	__typeof__(&cuptiSetThreadIdType) setThreadIdType;
-	__typeof__(&cuptiActivityEnableRuntimeApi) enableRuntimeApi;
-	__typeof__(&cuptiActivityEnableDriverApi) enableDriverApi;
-	__typeof__(&cuptiActivityGetNumDroppedRecords) numDropped;
-	__typeof__(&cuptiSubscribe) subscribe;
-	__typeof__(&cuptiEnableCallback) enableCallback;
-	__typeof__(&cuptiFinalize) finalize;
+  __typeof__(&cuptiGetVersion) getVersion;
+  __typeof__(&cuptiGetResultString) resultString;
+  __typeof__(&cuptiActivityEnable) enable;
+  __typeof__(&cuptiActivityDisable) disable;
+  __typeof__(&cuptiActivityRegisterCallbacks) registerCallbacks;
+  __typeof__(&cuptiActivityGetNextRecord) nextRecord;
+  __typeof__(&cuptiActivityFlushAll) flushAll;
+  __typeof__(&cuptiActivityRegisterTimestampCallback) timestampCallback;
+  __typeof__(&cuptiGetTimestamp) getTimestamp;
+  __typeof__(&cuptiSetThreadIdType) setThreadIdType;
+  __typeof__(&cuptiActivityEnableRuntimeApi) enableRuntimeApi;
+  __typeof__(&cuptiActivityEnableDriverApi) enableDriverApi;
+  __typeof__(&cuptiActivityGetNumDroppedRecords) numDropped;
+  __typeof__(&cuptiSubscribe) subscribe;
+  __typeof__(&cuptiEnableCallback) enableCallback;
+  __typeof__(&cuptiFinalize) finalize;
 } cu;
 
 #define BUF_BYTES (1u << 20)
@@ -72,243 +70,222 @@ static struct gs_gt_record batch[GS_GT_BATCH_MAX];
 static unsigned batch_n;
 static struct gs_gt_batch batch_hdr = {.version = GS_GT_VERSION};
 static uint32_t handed_gen[GS_GT_CLIENTS + 1]; /* per slot (and v1's attached): generation given the names */
-static int keep_boottime; /* CUPTI stamps records with CLOCK_BOOTTIME through our callback */
+static int keep_boottime;                      /* CUPTI stamps records with CLOCK_BOOTTIME through our callback */
 static int enabled, api_on, always, api_records = 1;
-static volatile int watched;  /* some client is attached: records and names are handed over */
-static uint32_t share_ppm;    /* of the records being recorded now (gs_gt_batch.share_ppm) */
+static volatile int watched; /* some client is attached: records and names are handed over */
+static uint32_t share_ppm;   /* of the records being recorded now (gs_gt_batch.share_ppm) */
 static unsigned flush_ms = 100;
 
 struct name_entry {
-	const char *ptr; /* CUPTI's string: shared by every record of the kernel, lives on */
-	char *copy;
-	uint32_t len;
-	uint64_t count, total_ns; /* GPUSCOPE_CUPTI_SUMMARY */
+  const char *ptr; /* CUPTI's string: shared by every record of the kernel, lives on */
+  char *copy;
+  uint32_t len;
+  uint64_t count, total_ns; /* GPUSCOPE_CUPTI_SUMMARY */
 };
 static struct name_entry *names; /* index = id - 1 */
 static uint32_t n_names;
 static uint32_t *by_ptr; /* open addressing, 2 * NAMES_MAX slots of id */
 static const char *summary_path;
 
-static void say(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "gpuscope-cupti: ");
-	fprintf(stderr, fmt, arg);
-	fputc('\n', stderr);
+static void say(const char *fmt, const char *arg) {
+  fprintf(stderr, "gpuscope-cupti: ");
+  fprintf(stderr, fmt, arg);
+  fputc('\n', stderr);
 }
 
-static uint64_t boottime_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_BOOTTIME, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+static uint64_t boottime_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_BOOTTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static uint64_t CUPTIAPI cupti_timestamp(void) { return boottime_ns(); }
 
-static int64_t clock_offset(void)
-{
-	uint64_t c = 0;
-	if (keep_boottime || !cu.getTimestamp || cu.getTimestamp(&c) != CUPTI_SUCCESS)
-		return 0;
-	return (int64_t)(c - boottime_ns());
+static int64_t clock_offset(void) {
+  uint64_t c = 0;
+  if (keep_boottime || !cu.getTimestamp || cu.getTimestamp(&c) != CUPTI_SUCCESS) return 0;
+  return (int64_t)(c - boottime_ns());
 }
 
-static void hand_off(void)
-{
-	if (!batch_n)
-		return;
-	if (watched || always) {
-		batch_hdr.clock_offset_ns = clock_offset();
-		batch_hdr.share_ppm = share_ppm;
-		gpuscope_cupti_buffer(batch, batch_n, &batch_hdr);
-		gpuscope_cupti_control.records_handed += batch_n;
-	}
-	batch_n = 0;
+static void hand_off(void) {
+  if (!batch_n) return;
+  if (watched || always) {
+    batch_hdr.clock_offset_ns = clock_offset();
+    batch_hdr.share_ppm = share_ppm;
+    gpuscope_cupti_buffer(batch, batch_n, &batch_hdr);
+    gpuscope_cupti_control.records_handed += batch_n;
+  }
+  batch_n = 0;
 }
 
 /* A client with a new generation gets the whole name table. Called with the lock held. */
-static void hand_names(void)
-{
-	int fresh = 0;
-	for (int i = 0; i <= GS_GT_CLIENTS; i++) {
-		uint32_t gen = i < GS_GT_CLIENTS ? gpuscope_cupti_control.client[i].generation
-						 : gpuscope_cupti_control.attached;
-		if (gen != handed_gen[i])
-			fresh |= gen != 0;
-		handed_gen[i] = gen;
-	}
-	if (!fresh)
-		return;
-	for (uint32_t i = 0; i < n_names; i++)
-		gpuscope_cupti_name(i + 1, names[i].copy, names[i].len);
-	gpuscope_cupti_control.names_handed += n_names;
+static void hand_names(void) {
+  int fresh = 0;
+  for (int i = 0; i <= GS_GT_CLIENTS; i++) {
+    uint32_t gen = i < GS_GT_CLIENTS ? gpuscope_cupti_control.client[i].generation : gpuscope_cupti_control.attached;
+    if (gen != handed_gen[i]) fresh |= gen != 0;
+    handed_gen[i] = gen;
+  }
+  if (!fresh) return;
+  for (uint32_t i = 0; i < n_names; i++) gpuscope_cupti_name(i + 1, names[i].copy, names[i].len);
+  gpuscope_cupti_control.names_handed += n_names;
 }
 
-static uint32_t name_id(const char *s)
-{
-	if (!s)
-		return 0;
-	if (!names) {
-		names = calloc(NAMES_MAX, sizeof *names);
-		by_ptr = calloc(2 * NAMES_MAX, sizeof *by_ptr);
-		if (!names || !by_ptr)
-			return 0;
-	}
-	uintptr_t h = ((uintptr_t)s >> 3) * 0x9E3779B97F4A7C15ull;
-	for (uint32_t i = 0; i < 2 * NAMES_MAX; i++) {
-		uint32_t *slot = &by_ptr[(h + i) % (2 * NAMES_MAX)];
-		if (*slot && names[*slot - 1].ptr == s)
-			return *slot;
-		if (*slot)
-			continue;
-		if (n_names >= NAMES_MAX) {
-			batch_hdr.lib_dropped++; /* the record stays, unnamed */
-			return 0;
-		}
-		struct name_entry *e = &names[n_names];
-		e->ptr = s;
-		e->len = (uint32_t)strnlen(s, GS_GT_NAME_MAX - 1);
-		e->copy = strndup(s, e->len);
-		if (!e->copy)
-			return 0;
-		*slot = ++n_names;
-		if (watched || always)
-			gpuscope_cupti_name(*slot, e->copy, e->len);
-		return *slot;
-	}
-	return 0;
+static uint32_t name_id(const char *s) {
+  if (!s) return 0;
+  if (!names) {
+    names = calloc(NAMES_MAX, sizeof *names);
+    by_ptr = calloc(2 * NAMES_MAX, sizeof *by_ptr);
+    if (!names || !by_ptr) return 0;
+  }
+  uintptr_t h = ((uintptr_t)s >> 3) * 0x9E3779B97F4A7C15ull;
+  for (uint32_t i = 0; i < 2 * NAMES_MAX; i++) {
+    uint32_t *slot = &by_ptr[(h + i) % (2 * NAMES_MAX)];
+    if (*slot && names[*slot - 1].ptr == s) return *slot;
+    if (*slot) continue;
+    if (n_names >= NAMES_MAX) {
+      batch_hdr.lib_dropped++; /* the record stays, unnamed */
+      return 0;
+    }
+    struct name_entry *e = &names[n_names];
+    e->ptr = s;
+    e->len = (uint32_t)strnlen(s, GS_GT_NAME_MAX - 1);
+    e->copy = strndup(s, e->len);
+    if (!e->copy) return 0;
+    *slot = ++n_names;
+    if (watched || always) gpuscope_cupti_name(*slot, e->copy, e->len);
+    return *slot;
+  }
+  return 0;
 }
 
 /* The fields that CUPTI's kernel, memcpy, memset and synchronization records share by name. */
-#define fill_span(r, x, kind_)                       \
-	do {                                         \
-		(r)->kind = (kind_);                 \
-		(r)->start_ns = (x)->start;          \
-		(r)->end_ns = (x)->end;              \
-		(r)->context = (x)->contextId;       \
-		(r)->stream = (x)->streamId;         \
-		(r)->correlation = (x)->correlationId; \
-	} while (0)
+#define fill_span(r, x, kind_)             \
+  do {                                     \
+    (r)->kind = (kind_);                   \
+    (r)->start_ns = (x)->start;            \
+    (r)->end_ns = (x)->end;                \
+    (r)->context = (x)->contextId;         \
+    (r)->stream = (x)->streamId;           \
+    (r)->correlation = (x)->correlationId; \
+  } while (0)
 
-static struct gs_gt_record *next_slot(void)
-{
-	if (batch_n == GS_GT_BATCH_MAX)
-		hand_off();
-	struct gs_gt_record *r = &batch[batch_n++];
-	memset(r, 0, sizeof *r);
-	return r;
+static struct gs_gt_record *next_slot(void) {
+  if (batch_n == GS_GT_BATCH_MAX) hand_off();
+  struct gs_gt_record *r = &batch[batch_n++];
+  memset(r, 0, sizeof *r);
+  return r;
 }
 
-static void convert(const CUpti_Activity *a)
-{
-	struct gs_gt_record *r;
-	switch (a->kind) {
-	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-	case CUPTI_ACTIVITY_KIND_KERNEL: {
-		const CUpti_ActivityKernel10 *k = (const void *)a;
-		uint32_t id = name_id(k->name);
-		r = next_slot();
-		fill_span(r, k, GS_GT_KERNEL);
-		r->device = k->deviceId;
-		r->name_id = id;
-		r->grid[0] = (uint32_t)k->gridX, r->grid[1] = (uint32_t)k->gridY, r->grid[2] = (uint32_t)k->gridZ;
-		r->block[0] = (uint32_t)k->blockX, r->block[1] = (uint32_t)k->blockY, r->block[2] = (uint32_t)k->blockZ;
-		if (summary_path && id && k->end > k->start) {
-			names[id - 1].count++;
-			names[id - 1].total_ns += k->end - k->start;
-		}
-		break;
-	}
-	case CUPTI_ACTIVITY_KIND_MEMCPY: {
-		const CUpti_ActivityMemcpy6 *m = (const void *)a;
-		r = next_slot();
-		fill_span(r, m, GS_GT_MEMCPY);
-		r->sub_kind = m->copyKind;
-		r->bytes = m->bytes;
-		r->device = m->deviceId;
-		break;
-	}
-	case CUPTI_ACTIVITY_KIND_MEMSET: {
-		const CUpti_ActivityMemset4 *m = (const void *)a;
-		r = next_slot();
-		fill_span(r, m, GS_GT_MEMSET);
-		r->bytes = m->bytes;
-		r->device = m->deviceId;
-		break;
-	}
-	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-		const CUpti_ActivitySynchronization2 *s = (const void *)a;
-		r = next_slot();
-		fill_span(r, s, GS_GT_SYNC);
-		r->sub_kind = (uint8_t)s->type;
-		break;
-	}
-	case CUPTI_ACTIVITY_KIND_RUNTIME:
-	case CUPTI_ACTIVITY_KIND_DRIVER: {
-		const CUpti_ActivityAPI *c = (const void *)a;
-		r = next_slot();
-		r->kind = GS_GT_API;
-		r->sub_kind = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? 1 : 2;
-		r->start_ns = c->start;
-		r->end_ns = c->end;
-		r->correlation = c->correlationId;
-		r->name_id = c->cbid;
-		r->tid = c->threadId;
-		break;
-	}
-	default:
-		break;
-	}
+static void convert(const CUpti_Activity *a) {
+  struct gs_gt_record *r;
+  switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL: {
+      const CUpti_ActivityKernel10 *k = (const void *)a;
+      uint32_t id = name_id(k->name);
+      r = next_slot();
+      fill_span(r, k, GS_GT_KERNEL);
+      r->device = k->deviceId;
+      r->name_id = id;
+      r->grid[0] = (uint32_t)k->gridX, r->grid[1] = (uint32_t)k->gridY, r->grid[2] = (uint32_t)k->gridZ;
+      r->block[0] = (uint32_t)k->blockX, r->block[1] = (uint32_t)k->blockY, r->block[2] = (uint32_t)k->blockZ;
+      if (summary_path && id && k->end > k->start) {
+        names[id - 1].count++;
+        names[id - 1].total_ns += k->end - k->start;
+      }
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const CUpti_ActivityMemcpy6 *m = (const void *)a;
+      r = next_slot();
+      fill_span(r, m, GS_GT_MEMCPY);
+      r->sub_kind = m->copyKind;
+      r->bytes = m->bytes;
+      r->device = m->deviceId;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const CUpti_ActivityMemset4 *m = (const void *)a;
+      r = next_slot();
+      fill_span(r, m, GS_GT_MEMSET);
+      r->bytes = m->bytes;
+      r->device = m->deviceId;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+      const CUpti_ActivitySynchronization2 *s = (const void *)a;
+      r = next_slot();
+      fill_span(r, s, GS_GT_SYNC);
+      r->sub_kind = (uint8_t)s->type;
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+      const CUpti_ActivityAPI *c = (const void *)a;
+      r = next_slot();
+      r->kind = GS_GT_API;
+      r->sub_kind = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? 1 : 2;
+      r->start_ns = c->start;
+      r->end_ns = c->end;
+      r->correlation = c->correlationId;
+      r->name_id = c->cbid;
+      r->tid = c->threadId;
+      break;
+    }
+    default: break;
+  }
 }
 
-static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
-{
-	*max_records = 0;
-	pthread_mutex_lock(&lock);
-	uint8_t *b = n_free ? free_bufs[--n_free] : NULL;
-	if (!b && n_bufs < BUF_MAX && (b = aligned_alloc(8, BUF_BYTES)))
-		n_bufs++;
-	pthread_mutex_unlock(&lock);
-	*buffer = b;
-	*size = b ? BUF_BYTES : 0;
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+  *max_records = 0;
+  pthread_mutex_lock(&lock);
+  uint8_t *b = n_free ? free_bufs[--n_free] : NULL;
+  if (!b && n_bufs < BUF_MAX && (b = aligned_alloc(8, BUF_BYTES))) n_bufs++;
+  pthread_mutex_unlock(&lock);
+  *buffer = b;
+  *size = b ? BUF_BYTES : 0;
 }
 
-static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
-{
-	(void)size;
-	size_t dropped = 0;
-	pthread_mutex_lock(&lock);
-	if (cu.numDropped && cu.numDropped(ctx, stream, &dropped) == CUPTI_SUCCESS)
-		batch_hdr.cupti_dropped += dropped;
-	hand_names();
-	CUpti_Activity *rec = NULL;
-	while (cu.nextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
-		convert(rec);
-	hand_off();
-	if (n_free < BUF_MAX)
-		free_bufs[n_free++] = buffer;
-	else
-		free(buffer);
-	pthread_mutex_unlock(&lock);
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+  (void)size;
+  size_t dropped = 0;
+  pthread_mutex_lock(&lock);
+  if (cu.numDropped && cu.numDropped(ctx, stream, &dropped) == CUPTI_SUCCESS) batch_hdr.cupti_dropped += dropped;
+  hand_names();
+  CUpti_Activity *rec = NULL;
+  while (cu.nextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) convert(rec);
+  hand_off();
+  if (n_free < BUF_MAX)
+    free_bufs[n_free++] = buffer;
+  else
+    free(buffer);
+  pthread_mutex_unlock(&lock);
 }
 
 /* Kernels always; copies, memsets and synchronizations only for a timeline, which draws them:
  * each kind enabled costs the process on every call of its kind. */
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-					   CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
+                                           CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
 /* Launch calls only, for the arrows from a launch to its kernel: every API would cost a
  * record per call. */
 static const CUpti_CallbackId runtime_launches[] = {
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,	  CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,	  CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
 };
 static const CUpti_CallbackId driver_launches[] = {
-	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,	   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,	   CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-	CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
 };
 
 /* CUPTI is set up when something is first recorded: a process nobody watches never has it
@@ -320,45 +297,38 @@ static int detach_pending; /* a window ended: the next launch's exit detaches CU
 static CUpti_SubscriberHandle detach_sub;
 static int kinds_on; /* how many of kinds[] are enabled */
 
-static int set_up(void)
-{
-	if (cupti_state)
-		return cupti_state > 0;
-	CUptiResult rc = cu.registerCallbacks(buffer_requested, buffer_completed);
-	if (rc != CUPTI_SUCCESS) {
-		const char *why = "?";
-		if (cu.resultString)
-			cu.resultString(rc, &why);
-		say("CUPTI refused its buffers (%s); GPU activity is not recorded", why);
-		cupti_state = -1;
-		return 0;
-	}
-	keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
-	if (cu.setThreadIdType)
-		cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-	cupti_state = 1;
-	return 1;
+static int set_up(void) {
+  if (cupti_state) return cupti_state > 0;
+  CUptiResult rc = cu.registerCallbacks(buffer_requested, buffer_completed);
+  if (rc != CUPTI_SUCCESS) {
+    const char *why = "?";
+    if (cu.resultString) cu.resultString(rc, &why);
+    say("CUPTI refused its buffers (%s); GPU activity is not recorded", why);
+    cupti_state = -1;
+    return 0;
+  }
+  keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
+  if (cu.setThreadIdType) cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+  cupti_state = 1;
+  return 1;
 }
 
-static int set_recording(int on, int full)
-{
-	if (on && !set_up())
-		return 0;
-	int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
-	for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
-		if ((i < want) != (i < kinds_on))
-			(i < want ? cu.enable : cu.disable)(kinds[i]);
-	kinds_on = want;
-	enabled = on;
-	int api = on && full && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
-	if (api != api_on) {
-		for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
-			cu.enableRuntimeApi(runtime_launches[i], (uint8_t)api);
-		for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-			cu.enableDriverApi(driver_launches[i], (uint8_t)api);
-	}
-	api_on = api;
-	return 1;
+static int set_recording(int on, int full) {
+  if (on && !set_up()) return 0;
+  int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
+  for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
+    if ((i < want) != (i < kinds_on)) (i < want ? cu.enable : cu.disable)(kinds[i]);
+  kinds_on = want;
+  enabled = on;
+  int api = on && full && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
+  if (api != api_on) {
+    for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
+      cu.enableRuntimeApi(runtime_launches[i], (uint8_t)api);
+    for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+      cu.enableDriverApi(driver_launches[i], (uint8_t)api);
+  }
+  api_on = api;
+  return 1;
 }
 
 /* Once initialized, CUPTI costs every CUDA call of the process even with no activity enabled
@@ -367,305 +337,271 @@ static int set_recording(int on, int full)
  * CUPTI wants that done at the exit of a CUDA call, so it is done in a callback at the exit of
  * the process's next launch, on the thread that made it. */
 static void CUPTIAPI detach_at_exit(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-				    const void *data)
-{
-	(void)userdata, (void)domain, (void)cbid;
-	const CUpti_CallbackData *d = data;
-	if (d->callbackSite != CUPTI_API_EXIT || !__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL))
-		return;
-	pthread_mutex_lock(&detach_lock);
-	cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-	if (cu.finalize() == CUPTI_SUCCESS) {
-		cupti_state = 0;
-		kinds_on = 0;
-		api_on = 0;
-		detach_sub = NULL; /* gone with CUPTI */
-	}
-	pthread_mutex_unlock(&detach_lock);
+                                    const void *data) {
+  (void)userdata, (void)domain, (void)cbid;
+  const CUpti_CallbackData *d = data;
+  if (d->callbackSite != CUPTI_API_EXIT || !__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL)) return;
+  pthread_mutex_lock(&detach_lock);
+  cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (cu.finalize() == CUPTI_SUCCESS) {
+    cupti_state = 0;
+    kinds_on = 0;
+    api_on = 0;
+    detach_sub = NULL; /* gone with CUPTI */
+  }
+  pthread_mutex_unlock(&detach_lock);
 }
 
-static void request_detach(void)
-{
-	if (!cu.subscribe || !cu.enableCallback || !cu.finalize || detach_pending)
-		return;
-	if (!detach_sub && cu.subscribe(&detach_sub, detach_at_exit, NULL) != CUPTI_SUCCESS) {
-		detach_sub = NULL;
-		return;
-	}
-	for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-		cu.enableCallback(1, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
-	__atomic_store_n(&detach_pending, 1, __ATOMIC_RELEASE);
+static void request_detach(void) {
+  if (!cu.subscribe || !cu.enableCallback || !cu.finalize || detach_pending) return;
+  if (!detach_sub && cu.subscribe(&detach_sub, detach_at_exit, NULL) != CUPTI_SUCCESS) {
+    detach_sub = NULL;
+    return;
+  }
+  for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+    cu.enableCallback(1, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+  __atomic_store_n(&detach_pending, 1, __ATOMIC_RELEASE);
 }
 
 /* A window begins before any launch took the detach: CUPTI stays as it is, the callback
  * goes. */
-static void cancel_detach(void)
-{
-	if (__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL) && detach_sub)
-		for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-			cu.enableCallback(0, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+static void cancel_detach(void) {
+  if (__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL) && detach_sub)
+    for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
+      cu.enableCallback(0, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
 }
 
 /* What the clients want together, now. */
 struct want {
-	int watched, exact, api, window;
-	uint32_t share_ppm;   /* of the duty cycle, when not exact */
-	uint64_t next_edge_ns; /* of the window, when a duty cycle runs */
+  int watched, exact, api, window;
+  uint32_t share_ppm;    /* of the duty cycle, when not exact */
+  uint64_t next_edge_ns; /* of the window, when a duty cycle runs */
 };
 
 static uint32_t lease_beat[GS_GT_CLIENTS], lease_gen[GS_GT_CLIENTS];
 static uint64_t lease_ns[GS_GT_CLIENTS];
 
-static struct want merge(uint64_t now)
-{
-	volatile struct gs_gt_control *c = &gpuscope_cupti_control;
-	struct want w = {0};
-	uint64_t on = 0, period = 0;
-	if (c->attached)
-		w.watched = w.exact = w.api = 1;
-	if (always)
-		w.exact = w.api = 1;
-	for (int i = 0; i < GS_GT_CLIENTS; i++) {
-		volatile struct gs_gt_client *k = &c->client[i];
-		uint32_t gen = k->generation, beat = k->beat;
-		if (!gen)
-			continue;
-		if (gen != lease_gen[i] || beat != lease_beat[i]) {
-			lease_gen[i] = gen;
-			lease_beat[i] = beat;
-			lease_ns[i] = now;
-		} else if (now - lease_ns[i] > GS_GT_LEASE_MS * 1000000ull) {
-			k->generation = 0; /* its gpuscope stopped beating: gone */
-			continue;
-		}
-		w.watched = 1;
-		uint32_t mode = k->mode, o = k->on_ms, p = k->period_ms;
-		if (mode == GS_GT_MODE_DUTY && o && p && o < p) {
-			if (!period || o * period > on * p) /* the largest share wins */
-				on = o, period = p;
-		} else if (mode != GS_GT_MODE_KERNELS && mode != GS_GT_MODE_DUTY) {
-			w.exact = w.api = 1; /* a timeline, or a mode newer than this library: everything */
-		} else {
-			w.exact = 1;
-		}
-	}
-	if (!w.exact && period) {
-		uint64_t p = period * 1000000ull, o = on * 1000000ull, phase = now % p;
-		w.window = phase < o;
-		w.next_edge_ns = now - phase + (w.window ? o : p);
-		w.share_ppm = (uint32_t)(on * 1000000ull / period);
-	}
-	return w;
+static struct want merge(uint64_t now) {
+  volatile struct gs_gt_control *c = &gpuscope_cupti_control;
+  struct want w = {0};
+  uint64_t on = 0, period = 0;
+  if (c->attached) w.watched = w.exact = w.api = 1;
+  if (always) w.exact = w.api = 1;
+  for (int i = 0; i < GS_GT_CLIENTS; i++) {
+    volatile struct gs_gt_client *k = &c->client[i];
+    uint32_t gen = k->generation, beat = k->beat;
+    if (!gen) continue;
+    if (gen != lease_gen[i] || beat != lease_beat[i]) {
+      lease_gen[i] = gen;
+      lease_beat[i] = beat;
+      lease_ns[i] = now;
+    } else if (now - lease_ns[i] > GS_GT_LEASE_MS * 1000000ull) {
+      k->generation = 0; /* its gpuscope stopped beating: gone */
+      continue;
+    }
+    w.watched = 1;
+    uint32_t mode = k->mode, o = k->on_ms, p = k->period_ms;
+    if (mode == GS_GT_MODE_DUTY && o && p && o < p) {
+      if (!period || o * period > on * p) /* the largest share wins */
+        on = o, period = p;
+    } else if (mode != GS_GT_MODE_KERNELS && mode != GS_GT_MODE_DUTY) {
+      w.exact = w.api = 1; /* a timeline, or a mode newer than this library: everything */
+    } else {
+      w.exact = 1;
+    }
+  }
+  if (!w.exact && period) {
+    uint64_t p = period * 1000000ull, o = on * 1000000ull, phase = now % p;
+    w.window = phase < o;
+    w.next_edge_ns = now - phase + (w.window ? o : p);
+    w.share_ppm = (uint32_t)(on * 1000000ull / period);
+  }
+  return w;
 }
 
-static void *control_thread(void *arg)
-{
-	(void)arg;
-	volatile struct gs_gt_control *c = &gpuscope_cupti_control;
-	for (;;) {
-		uint64_t now = boottime_ns();
-		struct want w = merge(now);
-		int on = w.exact || w.window;
-		uint32_t share = w.exact ? 0 : w.share_ppm;
-		watched = w.watched;
-		if (enabled && (!on || share != share_ppm)) {
-			/* What was recorded goes out with the share it was recorded at. */
-			if (!on)
-				set_recording(0, 0);
-			cu.flushAll(0);
-			if (!on && w.next_edge_ns)
-				request_detach();
-		}
-		if (on) {
-			cancel_detach();
-			pthread_mutex_lock(&detach_lock); /* a detach under way ends first */
-			pthread_mutex_unlock(&detach_lock);
-		}
-		int was = enabled;
-		pthread_mutex_lock(&lock);
-		share_ppm = share;
-		hand_names(); /* a new gpuscope gets the whole table, even with no new records */
-		pthread_mutex_unlock(&lock);
-		if (on && set_recording(1, w.api))
-			cu.flushAll(0);
-		if (enabled && !was && !w.exact)
-			c->windows++;
-		c->recording = !enabled ? GS_GT_REC_OFF : w.exact ? GS_GT_REC_EXACT : GS_GT_REC_WINDOW;
-		c->api = (uint32_t)api_on;
-		/* Next: the flush period, or the window's edge if sooner. */
-		uint64_t next = now + flush_ms * 1000000ull;
-		if (w.next_edge_ns && w.next_edge_ns < next)
-			next = w.next_edge_ns;
-		struct timespec t = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
-		while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &t, NULL) == EINTR)
-			;
-	}
-	return NULL;
+static void *control_thread(void *arg) {
+  (void)arg;
+  volatile struct gs_gt_control *c = &gpuscope_cupti_control;
+  for (;;) {
+    uint64_t now = boottime_ns();
+    struct want w = merge(now);
+    int on = w.exact || w.window;
+    uint32_t share = w.exact ? 0 : w.share_ppm;
+    watched = w.watched;
+    if (enabled && (!on || share != share_ppm)) {
+      /* What was recorded goes out with the share it was recorded at. */
+      if (!on) set_recording(0, 0);
+      cu.flushAll(0);
+      if (!on && w.next_edge_ns) request_detach();
+    }
+    if (on) {
+      cancel_detach();
+      pthread_mutex_lock(&detach_lock); /* a detach under way ends first */
+      pthread_mutex_unlock(&detach_lock);
+    }
+    int was = enabled;
+    pthread_mutex_lock(&lock);
+    share_ppm = share;
+    hand_names(); /* a new gpuscope gets the whole table, even with no new records */
+    pthread_mutex_unlock(&lock);
+    if (on && set_recording(1, w.api)) cu.flushAll(0);
+    if (enabled && !was && !w.exact) c->windows++;
+    c->recording = !enabled ? GS_GT_REC_OFF : w.exact ? GS_GT_REC_EXACT : GS_GT_REC_WINDOW;
+    c->api = (uint32_t)api_on;
+    /* Next: the flush period, or the window's edge if sooner. */
+    uint64_t next = now + flush_ms * 1000000ull;
+    if (w.next_edge_ns && w.next_edge_ns < next) next = w.next_edge_ns;
+    struct timespec t = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &t, NULL) == EINTR)
+      ;
+  }
+  return NULL;
 }
 
 /* Names as gpuscope shows them, where the process has a C++ runtime to demangle with. */
 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
 
-static void write_summary(void)
-{
-	FILE *f = fopen(summary_path, "w");
-	if (!f)
-		return;
-	demangle_fn demangle = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
-	pthread_mutex_lock(&lock);
-	for (uint32_t i = 0; i < n_names; i++) {
-		if (!names[i].count)
-			continue;
-		int status = -1;
-		char *d = demangle ? demangle(names[i].copy, NULL, NULL, &status) : NULL;
-		fprintf(f, "%llu\t%llu\t%s\n", (unsigned long long)names[i].count,
-			(unsigned long long)names[i].total_ns, d && status == 0 ? d : names[i].copy);
-		free(d);
-	}
-	pthread_mutex_unlock(&lock);
-	fclose(f);
+static void write_summary(void) {
+  FILE *f = fopen(summary_path, "w");
+  if (!f) return;
+  demangle_fn demangle = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  pthread_mutex_lock(&lock);
+  for (uint32_t i = 0; i < n_names; i++) {
+    if (!names[i].count) continue;
+    int status = -1;
+    char *d = demangle ? demangle(names[i].copy, NULL, NULL, &status) : NULL;
+    fprintf(f, "%llu\t%llu\t%s\n", (unsigned long long)names[i].count, (unsigned long long)names[i].total_ns,
+            d && status == 0 ? d : names[i].copy);
+    free(d);
+  }
+  pthread_mutex_unlock(&lock);
+  fclose(f);
 }
 
-static void at_exit(void)
-{
-	if (enabled)
-		cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-	if (summary_path)
-		write_summary();
+static void at_exit(void) {
+  if (enabled) cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (summary_path) write_summary();
 }
 
 /* Why the last damaged libcupti was passed over (a truncated copy would fault inside dlopen). */
 static char refused[PATH_MAX + 128];
 
-static void *try_open(const char *path)
-{
-	void *h;
-	char why[sizeof refused];
-	enum gs_lib_status st = gs_dlopen_checked(path, RTLD_NOW | RTLD_LOCAL, &h, why, sizeof why);
-	if (st == GS_LIB_DAMAGED)
-		memcpy(refused, why, sizeof refused);
-	return h && dlsym(h, "cuptiActivityEnable") ? h : NULL;
+static void *try_open(const char *path) {
+  void *h;
+  char why[sizeof refused];
+  enum gs_lib_status st = gs_dlopen_checked(path, RTLD_NOW | RTLD_LOCAL, &h, why, sizeof why);
+  if (st == GS_LIB_DAMAGED) memcpy(refused, why, sizeof refused);
+  return h && dlsym(h, "cuptiActivityEnable") ? h : NULL;
 }
 
 /* Beside the CUDA the process loaded: the toolkit keeps libcupti next to libcudart, CUDA 13
  * wheels in the same nvidia/cu13/lib, CUDA 12 wheels in nvidia/cuda_cupti/lib. */
 struct search {
-	void *handle;
+  void *handle;
 };
 
-static int try_beside(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	struct search *s = data;
-	const char *name = info->dlpi_name;
-	const char *base = name ? strrchr(name, '/') : NULL;
-	if (!base || s->handle)
-		return s->handle != NULL;
-	if (strncmp(base + 1, "libcudart.so", 12) && strncmp(base + 1, "libcuda.so", 10) &&
-	    strncmp(base + 1, "libcublas", 9) && strncmp(base + 1, "libtorch_cuda", 13))
-		return 0;
-	static const char *rel[] = {"libcupti.so.13", "libcupti.so", "../../cuda_cupti/lib/libcupti.so.13",
-				    "../../cu13/lib/libcupti.so.13", "../extras/CUPTI/lib64/libcupti.so.13"};
-	char path[PATH_MAX];
-	int dir = (int)(base - name);
-	for (size_t i = 0; i < sizeof rel / sizeof rel[0] && !s->handle; i++) {
-		if (snprintf(path, sizeof path, "%.*s/%s", dir, name, rel[i]) < (int)sizeof path)
-			s->handle = try_open(path);
-	}
-	return s->handle != NULL;
+static int try_beside(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct search *s = data;
+  const char *name = info->dlpi_name;
+  const char *base = name ? strrchr(name, '/') : NULL;
+  if (!base || s->handle) return s->handle != NULL;
+  if (strncmp(base + 1, "libcudart.so", 12) && strncmp(base + 1, "libcuda.so", 10) &&
+      strncmp(base + 1, "libcublas", 9) && strncmp(base + 1, "libtorch_cuda", 13))
+    return 0;
+  static const char *rel[] = {"libcupti.so.13", "libcupti.so", "../../cuda_cupti/lib/libcupti.so.13",
+                              "../../cu13/lib/libcupti.so.13", "../extras/CUPTI/lib64/libcupti.so.13"};
+  char path[PATH_MAX];
+  int dir = (int)(base - name);
+  for (size_t i = 0; i < sizeof rel / sizeof rel[0] && !s->handle; i++) {
+    if (snprintf(path, sizeof path, "%.*s/%s", dir, name, rel[i]) < (int)sizeof path) s->handle = try_open(path);
+  }
+  return s->handle != NULL;
 }
 
-static void *find_cupti(void)
-{
-	const char *env = getenv("GPUSCOPE_CUPTI_PATH");
-	if (env && *env) {
-		char path[PATH_MAX];
-		void *h = try_open(env);
-		if (!h && snprintf(path, sizeof path, "%s/libcupti.so.13", env) < (int)sizeof path)
-			h = try_open(path);
-		return h;
-	}
-	struct search s = {NULL};
-	dl_iterate_phdr(try_beside, &s);
-	if (s.handle)
-		return s.handle;
-	static const char *fallback[] = {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
-					 "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
-	for (size_t i = 0; i < sizeof fallback / sizeof fallback[0]; i++)
-		if ((s.handle = try_open(fallback[i])))
-			return s.handle;
-	return NULL;
+static void *find_cupti(void) {
+  const char *env = getenv("GPUSCOPE_CUPTI_PATH");
+  if (env && *env) {
+    char path[PATH_MAX];
+    void *h = try_open(env);
+    if (!h && snprintf(path, sizeof path, "%s/libcupti.so.13", env) < (int)sizeof path) h = try_open(path);
+    return h;
+  }
+  struct search s = {NULL};
+  dl_iterate_phdr(try_beside, &s);
+  if (s.handle) return s.handle;
+  static const char *fallback[] = {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
+                                   "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
+  for (size_t i = 0; i < sizeof fallback / sizeof fallback[0]; i++)
+    if ((s.handle = try_open(fallback[i]))) return s.handle;
+  return NULL;
 }
 
 #define LOAD(field, sym) (cu.field = (__typeof__(cu.field))dlsym(h, #sym))
 
 static int started;
 
-GS_EXPORT int InitializeInjection(void)
-{
-	if (__atomic_exchange_n(&started, 1, __ATOMIC_SEQ_CST))
-		return 1;
-	const char *v = getenv("GPUSCOPE_CUPTI_FLUSH_MS");
-	if (v && *v) {
-		long ms = strtol(v, NULL, 10);
-		flush_ms = ms >= 1 && ms <= 60000 ? (unsigned)ms : flush_ms;
-	}
-	always = getenv("GPUSCOPE_CUPTI_ALWAYS") && atoi(getenv("GPUSCOPE_CUPTI_ALWAYS")) == 1;
-	api_records = !(getenv("GPUSCOPE_CUPTI_API") && atoi(getenv("GPUSCOPE_CUPTI_API")) == 0);
-	summary_path = getenv("GPUSCOPE_CUPTI_SUMMARY");
-	void *h = find_cupti();
-	if (!h) {
-		const char *env = getenv("GPUSCOPE_CUPTI_PATH");
-		if (refused[0])
-			say("%s; GPU activity is not recorded", refused);
-		else if (env && *env)
-			say("GPUSCOPE_CUPTI_PATH=%s holds no libcupti; GPU activity is not recorded", env);
-		else
-			say("%s", "no libcupti found (set GPUSCOPE_CUPTI_PATH); GPU activity is not recorded");
-		return 1;
-	}
-	LOAD(getVersion, cuptiGetVersion);
-	LOAD(resultString, cuptiGetResultString);
-	LOAD(enable, cuptiActivityEnable);
-	LOAD(disable, cuptiActivityDisable);
-	LOAD(registerCallbacks, cuptiActivityRegisterCallbacks);
-	LOAD(nextRecord, cuptiActivityGetNextRecord);
-	LOAD(flushAll, cuptiActivityFlushAll);
-	LOAD(timestampCallback, cuptiActivityRegisterTimestampCallback);
-	LOAD(getTimestamp, cuptiGetTimestamp);
-	LOAD(setThreadIdType, cuptiSetThreadIdType);
-	LOAD(enableRuntimeApi, cuptiActivityEnableRuntimeApi);
-	LOAD(enableDriverApi, cuptiActivityEnableDriverApi);
-	LOAD(numDropped, cuptiActivityGetNumDroppedRecords);
-	LOAD(subscribe, cuptiSubscribe);
-	LOAD(enableCallback, cuptiEnableCallback);
-	LOAD(finalize, cuptiFinalize);
-	uint32_t version = 0;
-	if (!cu.getVersion || !cu.enable || !cu.disable || !cu.registerCallbacks || !cu.nextRecord || !cu.flushAll ||
-	    cu.getVersion(&version) != CUPTI_SUCCESS) {
-		say("%s", "libcupti lacks the activity API; GPU activity is not recorded");
-		return 1;
-	}
-	/* The record layouts compiled in (CUpti_ActivityKernel10, ...) are those of CUDA 13. */
-	if (version / 10000 != CUPTI_API_VERSION / 10000) {
-		char msg[64];
-		snprintf(msg, sizeof msg, "%u (built for %u)", version, CUPTI_API_VERSION);
-		say("CUPTI API version %s; GPU activity is not recorded", msg);
-		return 1;
-	}
-	if (always && !set_recording(1, 1))
-		return 1;
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, control_thread, NULL) != 0) {
-		say("%s", "cannot start its thread; GPU activity is not recorded");
-		if (always)
-			set_recording(0, 0);
-		return 1;
-	}
-	pthread_setname_np(t, "gpuscope-cupti");
-	atexit(at_exit);
-	return 1;
+GS_EXPORT int InitializeInjection(void) {
+  if (__atomic_exchange_n(&started, 1, __ATOMIC_SEQ_CST)) return 1;
+  const char *v = getenv("GPUSCOPE_CUPTI_FLUSH_MS");
+  if (v && *v) {
+    long ms = strtol(v, NULL, 10);
+    flush_ms = ms >= 1 && ms <= 60000 ? (unsigned)ms : flush_ms;
+  }
+  always = getenv("GPUSCOPE_CUPTI_ALWAYS") && atoi(getenv("GPUSCOPE_CUPTI_ALWAYS")) == 1;
+  api_records = !(getenv("GPUSCOPE_CUPTI_API") && atoi(getenv("GPUSCOPE_CUPTI_API")) == 0);
+  summary_path = getenv("GPUSCOPE_CUPTI_SUMMARY");
+  void *h = find_cupti();
+  if (!h) {
+    const char *env = getenv("GPUSCOPE_CUPTI_PATH");
+    if (refused[0])
+      say("%s; GPU activity is not recorded", refused);
+    else if (env && *env)
+      say("GPUSCOPE_CUPTI_PATH=%s holds no libcupti; GPU activity is not recorded", env);
+    else
+      say("%s", "no libcupti found (set GPUSCOPE_CUPTI_PATH); GPU activity is not recorded");
+    return 1;
+  }
+  LOAD(getVersion, cuptiGetVersion);
+  LOAD(resultString, cuptiGetResultString);
+  LOAD(enable, cuptiActivityEnable);
+  LOAD(disable, cuptiActivityDisable);
+  LOAD(registerCallbacks, cuptiActivityRegisterCallbacks);
+  LOAD(nextRecord, cuptiActivityGetNextRecord);
+  LOAD(flushAll, cuptiActivityFlushAll);
+  LOAD(timestampCallback, cuptiActivityRegisterTimestampCallback);
+  LOAD(getTimestamp, cuptiGetTimestamp);
+  LOAD(setThreadIdType, cuptiSetThreadIdType);
+  LOAD(enableRuntimeApi, cuptiActivityEnableRuntimeApi);
+  LOAD(enableDriverApi, cuptiActivityEnableDriverApi);
+  LOAD(numDropped, cuptiActivityGetNumDroppedRecords);
+  LOAD(subscribe, cuptiSubscribe);
+  LOAD(enableCallback, cuptiEnableCallback);
+  LOAD(finalize, cuptiFinalize);
+  uint32_t version = 0;
+  if (!cu.getVersion || !cu.enable || !cu.disable || !cu.registerCallbacks || !cu.nextRecord || !cu.flushAll ||
+      cu.getVersion(&version) != CUPTI_SUCCESS) {
+    say("%s", "libcupti lacks the activity API; GPU activity is not recorded");
+    return 1;
+  }
+  /* The record layouts compiled in (CUpti_ActivityKernel10, ...) are those of CUDA 13. */
+  if (version / 10000 != CUPTI_API_VERSION / 10000) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "%u (built for %u)", version, CUPTI_API_VERSION);
+    say("CUPTI API version %s; GPU activity is not recorded", msg);
+    return 1;
+  }
+  if (always && !set_recording(1, 1)) return 1;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, control_thread, NULL) != 0) {
+    say("%s", "cannot start its thread; GPU activity is not recorded");
+    if (always) set_recording(0, 0);
+    return 1;
+  }
+  pthread_setname_np(t, "gpuscope-cupti");
+  atexit(at_exit);
+  return 1;
 }

@@ -6,7 +6,7 @@
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
 #include "common/arch.bpf.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "common/maps.bpf.h"
 #include "gputime/gputime.h"
 
@@ -26,7 +26,7 @@ int gs_gt_buffer(struct pt_regs *ctx)
 	const void *batch = (const void *)PT_REGS_PARM3(ctx);
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 
-	if (!comm_matches())
+	if (!in_scope())
 		return 0;
 	if (n > GS_GT_BATCH_MAX) {
 		gs_counter_add(&gs_gt_drops, GS_GT_DROP_TOO_MANY, n - GS_GT_BATCH_MAX);
@@ -68,7 +68,7 @@ int gs_gt_buffer(struct pt_regs *ctx)
 SEC("uprobe")
 int gs_gt_name(struct pt_regs *ctx)
 {
-	if (!comm_matches())
+	if (!in_scope())
 		return 0;
 	struct gs_gt_name *e = bpf_ringbuf_reserve(&gs_gt_events, sizeof(*e), 0);
 	if (!e) {
@@ -78,7 +78,8 @@ int gs_gt_name(struct pt_regs *ctx)
 	e->type = GS_GT_EV_NAME;
 	e->pid = bpf_get_current_pid_tgid() >> 32;
 	e->id = (__u32)PT_REGS_PARM1(ctx);
-	long len = bpf_probe_read_user_str(e->name, sizeof(e->name), (const void *)PT_REGS_PARM2(ctx));
+	long len =
+	        bpf_probe_read_user_str(e->name, sizeof(e->name), (const void *)PT_REGS_PARM2(ctx));
 	if (len <= 0) {
 		count_drop(GS_GT_DROP_NAME);
 		bpf_ringbuf_discard(e, 0);

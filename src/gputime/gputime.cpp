@@ -58,7 +58,7 @@ GpuTimeCollector::GpuTimeCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), session_(session), skel_(nullptr, gputime_bpf__destroy) {
   skel_.reset(gputime_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-  set_comm_filter(skel_->rodata, session_.scope().comm);
+  apply_scope(skel_.get(), session_.scope());
   if (cfg_.ring_bytes) bpf_map__set_max_entries(skel_->maps.gs_gt_events, cfg_.ring_bytes);
   int err = gputime_bpf__load(skel_.get());
   if (err)

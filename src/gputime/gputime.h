@@ -100,9 +100,9 @@ struct gs_gt_control {
 	__u64 records_handed;
 	__u64 names_handed;
 	/* Version 2. Written by the library: what it records now, for gpuscope and its tests. */
-	__u32 recording;     /* enum gs_gt_recording */
-	__u32 api;           /* 1 while API records are on */
-	__u64 windows;       /* duty windows opened */
+	__u32 recording; /* enum gs_gt_recording */
+	__u32 api;       /* 1 while API records are on */
+	__u64 windows;   /* duty windows opened */
 	struct gs_gt_client client[GS_GT_CLIENTS];
 };
 

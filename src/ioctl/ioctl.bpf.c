@@ -9,7 +9,7 @@
 #include "ioctl/ioctl.h"
 #include "common/maps.bpf.h"
 #include "common/events.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "common/arch.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -102,7 +102,7 @@ static __always_inline __u32 nv_rdev(__u64 fd)
 
 static __always_inline bool pid_wanted(__u32 pid)
 {
-	return (!filter_pids || bpf_map_lookup_elem(&pids, &pid)) && comm_matches();
+	return (!filter_pids || bpf_map_lookup_elem(&pids, &pid)) && in_scope();
 }
 
 /* NVIDIA requests are _IOC numbers of type 'F' (major 195) or plain integers (nvidia-uvm:
@@ -110,7 +110,8 @@ static __always_inline bool pid_wanted(__u32 pid)
  * host return here without the fd walk; the rest are still checked by device. */
 static __always_inline bool maybe_nvidia_request(__u32 request)
 {
-	return ((request >> 8) & 0xff) == 'F' || request < 0x1000 || (request & ~0xfu) == 0x30000000;
+	return ((request >> 8) & 0xff) == 'F' || request < 0x1000 ||
+	       (request & ~0xfu) == 0x30000000;
 }
 
 static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
@@ -124,7 +125,8 @@ static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
 	__u32 tid = (__u32)id;
 	if (!pid_wanted(id >> 32))
 		return;
-	struct inflight_call c = {.start_ns = bpf_ktime_get_boot_ns(), .rdev = rdev, .request = (__u32)request};
+	struct inflight_call c = {
+	        .start_ns = bpf_ktime_get_boot_ns(), .rdev = rdev, .request = (__u32)request};
 	if (bpf_map_update_elem(&inflight, &tid, &c, BPF_ANY)) {
 		count_drop(GS_IOCTL_DROP_STATE_FULL);
 		return;

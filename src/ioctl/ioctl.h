@@ -20,7 +20,8 @@ struct gs_ioctl_val {
 	__u64 errors;
 	__u64 total_ns;
 	__u64 max_ns;
-	char comm[16]; /* the caller's thread name when the entry was made: it outlives the process */
+	char comm
+	        [16]; /* the caller's thread name when the entry was made: it outlives the process */
 };
 
 struct gs_mmap_key {
@@ -57,7 +58,12 @@ struct gs_ioctl_event {
 	char comm[16];
 };
 
-enum gs_ioctl_drop { GS_IOCTL_DROP_STATE_FULL, GS_IOCTL_DROP_MAP_FULL, GS_IOCTL_DROP_RINGBUF, GS_IOCTL_DROP_COUNT };
+enum gs_ioctl_drop {
+	GS_IOCTL_DROP_STATE_FULL,
+	GS_IOCTL_DROP_MAP_FULL,
+	GS_IOCTL_DROP_RINGBUF,
+	GS_IOCTL_DROP_COUNT
+};
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_ioctl_key) == 16);

@@ -29,7 +29,7 @@ int run_ioctl(const IoctlOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   IoctlCollector c({o.scope, o.events, o.raw_syscalls});
-  IoctlView view({o.common.json, o.events, o.interval_s > 0, c.uvm_major()});
+  IoctlView view({o.common.json, o.events, o.interval_s > 0, c.uvm_major()}, o.scope);
   std::unique_ptr<RingBuffer> rb;
   if (o.events) rb = std::make_unique<RingBuffer>(c.events_fd(), [&](const void* d, size_t n) { view.event(d, n); });
   fprintf(stderr, "gpuscope: counting ioctl/mmap on NVIDIA devices (major 195%s) via %s%s. Ctrl-C to end.\n",
@@ -39,6 +39,12 @@ int run_ioctl(const IoctlOptions& o) {
   EventLoop loop(o.common.duration_s);
   if (rb) loop.watch(*rb);
   loop.after_wakeup([&] { view.flush(); });
+  // No uprobe session admits the processes that start in the container scope: this does.
+  if (o.scope.where.active())
+    loop.every(2, [&] {
+      o.scope.containers->sweep();
+      o.scope.admit_all();
+    });
   if (o.interval_s > 0) loop.every(o.interval_s, [&] { c.reset_max(view.interval(c.snapshot(), false)); });
   // -p ends with its processes.
   if (!o.scope.pids.empty())

@@ -25,7 +25,7 @@ IoctlCollector::IoctlCollector(Config cfg) : cfg_(std::move(cfg)) {
   skel_->rodata->uvm_major = uvm_major_;
   skel_->rodata->emit_events = cfg_.events;
   skel_->rodata->filter_pids = !cfg_.scope.pids.empty();
-  apply_scope(skel_->rodata, cfg_.scope);
+  apply_scope(skel_.get(), cfg_.scope);
   // tp/sys_exit_ioctl rather than raw_tp/sys_exit: the latter would tax every syscall on the
   // host (about +100 ns each, measured), the former only ioctls.
   for (bpf_program* p : {skel_->progs.gs_ioctl_enter, skel_->progs.gs_ioctl_exit, skel_->progs.gs_mmap_enter,

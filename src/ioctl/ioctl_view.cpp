@@ -33,12 +33,17 @@ void IoctlView::event(const void* data, size_t size) {
   if (o_.json) {
     JsonLine j(out_.buf());
     j.str("type", "ioctl_event").num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + realtime_offset_);
-    j.num("pid", e.pid).num("tid", e.tid).str("comm", comm).str("dev", dev_str(e.rdev)).str("device", device(e.rdev));
+    j.num("pid", e.pid).num("tid", e.tid).str("comm", comm);
+    where_.json(j, static_cast<pid_t>(e.pid));
+    j.str("dev", dev_str(e.rdev)).str("device", device(e.rdev));
     j.hex("request", e.request).str("name", req.name).num("ret", e.ret).num("dur_ns", e.dur_ns);
     j.end();
   } else {
-    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:>7} {:>7} {:<16} {:<36} ret={} dur={:.3f}us\n", comm,
-                   e.pid, e.tid, device(e.rdev), req.name.empty() ? fmt::format("0x{:x}", e.request) : req.name, e.ret,
+    std::vector<std::string> where;
+    where_.cells_of(static_cast<pid_t>(e.pid), where);
+    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:>7} {:>7} {:<16} {:<16} {:<36} ret={} dur={:.3f}us\n",
+                   comm, e.pid, e.tid, where[0], device(e.rdev),
+                   req.name.empty() ? fmt::format("0x{:x}", e.request) : req.name, e.ret,
                    static_cast<double>(e.dur_ns) / 1000.0);
   }
 }
@@ -92,14 +97,18 @@ IoctlView::Deltas IoctlView::deltas(const IoctlSnapshot& snap) {
 void IoctlView::json(const Deltas& d) {
   for (auto& [k, v] : d.opens) {
     JsonLine j(out_.buf());
-    j.str("type", "open").num("pid", k.pid).str("comm", comm_of(v)).str("dev", dev_str(k.rdev));
+    j.str("type", "open").num("pid", k.pid).str("comm", comm_of(v));
+    where_.json(j, static_cast<pid_t>(k.pid));
+    j.str("dev", dev_str(k.rdev));
     j.str("device", device(k.rdev)).num("count", v.count);
     j.num("first_ts_ns", static_cast<int64_t>(v.first_boot_ns) + realtime_offset_).end();
   }
   for (auto& [k, v] : d.ioctls) {
     auto r = decode_ioctl(kmajor(k.rdev), o_.uvm_major, k.request);
     JsonLine j(out_.buf());
-    j.str("type", "ioctl").num("pid", k.pid).str("comm", comm_of(v)).str("dev", dev_str(k.rdev));
+    j.str("type", "ioctl").num("pid", k.pid).str("comm", comm_of(v));
+    where_.json(j, static_cast<pid_t>(k.pid));
+    j.str("dev", dev_str(k.rdev));
     j.str("device", device(k.rdev)).hex("request", k.request);
     j.str("name", r.name);
     if (r.ioc) j.str("dir", ioc_dir_name(r.dir)).num("ioc_type", r.type).num("nr", r.nr).num("size", r.size);
@@ -108,7 +117,9 @@ void IoctlView::json(const Deltas& d) {
   }
   for (auto& [k, v] : d.mmaps) {
     JsonLine j(out_.buf());
-    j.str("type", "mmap").num("pid", k.pid).str("comm", comm_of(v)).str("dev", dev_str(k.rdev));
+    j.str("type", "mmap").num("pid", k.pid).str("comm", comm_of(v));
+    where_.json(j, static_cast<pid_t>(k.pid));
+    j.str("dev", dev_str(k.rdev));
     j.str("device", device(k.rdev)).num("count", v.count).num("bytes", v.bytes).end();
   }
 }
@@ -121,14 +132,16 @@ void IoctlView::table(const Deltas& d) {
     localtime_r(&t, &tm);
     fmt::format_to(it, "{:02}:{:02}:{:02}\n", tm.tm_hour, tm.tm_min, tm.tm_sec);
   }
-  fmt::format_to(it, "{:>7} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12} {:>10}\n", "PID", "COMM", "DEVICE", "REQUEST",
-                 "COUNT", "ERRORS", "TOTAL_us", "MAX_us");
+  fmt::format_to(it, "{:>7} {:<16} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12} {:>10}\n", "PID", "COMM", "CONTAINER",
+                 "DEVICE", "REQUEST", "COUNT", "ERRORS", "TOTAL_us", "MAX_us");
   for (auto& [k, v] : d.ioctls) {
     auto r = decode_ioctl(kmajor(k.rdev), o_.uvm_major, k.request);
     std::string req = r.name.empty() ? fmt::format("0x{:x}", k.request) : r.name;
     if (r.ioc) req += fmt::format(" ({} nr=0x{:x} size={})", ioc_dir_name(r.dir), r.nr, r.size);
-    fmt::format_to(it, "{:>7} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", k.pid, comm_of(v),
-                   device(k.rdev) + " " + dev_str(k.rdev), req, v.count, v.errors, v.total_ns / 1000.0,
+    std::vector<std::string> where;
+    where_.cells_of(static_cast<pid_t>(k.pid), where);
+    fmt::format_to(it, "{:>7} {:<16} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", k.pid, comm_of(v),
+                   where[0], device(k.rdev) + " " + dev_str(k.rdev), req, v.count, v.errors, v.total_ns / 1000.0,
                    v.max_ns / 1000.0);
   }
   if (d.ioctls.empty()) fmt::format_to(it, "  (no ioctls on NVIDIA devices)\n");

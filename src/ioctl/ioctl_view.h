@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/output.h"
+#include "core/where.h"
 #include "ioctl/ioctl_collector.h"
 
 namespace gpuscope {
@@ -22,7 +23,7 @@ class IoctlView {
     bool clock = false;      // a time line above each table
     unsigned uvm_major = 0;  // of /dev/nvidia-uvm, for the names of its requests
   };
-  explicit IoctlView(Options o) : o_(o) {}
+  IoctlView(Options o, const Scope& scope) : o_(o), where_(scope) {}
   void event(const void* data, size_t size);
   // Prints what changed since the last call; returns the ioctl rows printed, whose maxima are per report.
   std::vector<gs_ioctl_key> interval(const IoctlSnapshot& snap, bool final);
@@ -42,6 +43,7 @@ class IoctlView {
   std::string device(uint32_t rdev) const;
 
   Options o_;
+  WhereView where_;
   Writer out_;
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, gs_ioctl_val> prev_;  // (pid, rdev, request)
   std::map<std::pair<uint32_t, uint32_t>, gs_mmap_val> prev_mmap_;

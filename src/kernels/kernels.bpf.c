@@ -7,7 +7,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "common/arch.bpf.h"
 #include "common/capture.bpf.h"
 #include "common/launch.bpf.h"
@@ -88,13 +88,19 @@ static __always_inline __u32 namer_of(struct pt_regs *ctx)
 static __always_inline __u8 site_kind(const enum gs_k_site site)
 {
 	switch (site) {
-	case GS_K_CUDA_LAUNCH: return GS_SP_RT_LAUNCH;
-	case GS_K_CUDA_LAUNCH_EX: return GS_SP_RT_LAUNCH_EX;
-	case GS_K_CU_LAUNCH: return GS_SP_CU_LAUNCH;
-	case GS_K_CU_LAUNCH_EX: return GS_SP_CU_LAUNCH_EX;
+	case GS_K_CUDA_LAUNCH:
+		return GS_SP_RT_LAUNCH;
+	case GS_K_CUDA_LAUNCH_EX:
+		return GS_SP_RT_LAUNCH_EX;
+	case GS_K_CU_LAUNCH:
+		return GS_SP_CU_LAUNCH;
+	case GS_K_CU_LAUNCH_EX:
+		return GS_SP_CU_LAUNCH_EX;
 	case GS_K_CUDA_HOST_FUNC:
-	case GS_K_CU_HOST_FUNC: return GS_SP_HOST_FUNC;
-	default: return GS_LAUNCH_GRAPH;
+	case GS_K_CU_HOST_FUNC:
+		return GS_SP_HOST_FUNC;
+	default:
+		return GS_LAUNCH_GRAPH;
 	}
 }
 
@@ -104,11 +110,12 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 {
 	const bool runtime = site <= GS_K_CUDA_HOST_FUNC;
 	__u64 handle = gs_launch_handle(ctx, site_kind(site));
-	struct task_struct *task = bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
+	struct task_struct *task =
+	        bpf_get_current_task_btf(); /* inlined; its tgid is a plain load */
 	struct thread_state *st;
 
 	if (runtime) {
-		if (!comm_matches())
+		if (!in_scope())
 			return 0;
 		st = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!st) {
@@ -123,17 +130,19 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 		/* A driver launch inside a runtime one is the same launch: this check comes first.
 		 * A thread with no task storage at all (driver-only code such as XLA's) skips
 		 * the helper call. */
-		st = !driver_only && task->bpf_storage ? bpf_task_storage_get(&threads, task, 0, 0) : NULL;
+		st = !driver_only && task->bpf_storage ? bpf_task_storage_get(&threads, task, 0, 0)
+		                                       : NULL;
 		if (st && st->rt_depth) {
 			/* Already counted at the runtime layer; keep what it teaches about names. */
-			if (st->teach && (site == GS_K_CU_LAUNCH || site == GS_K_CU_LAUNCH_EX) && st->rt_handle != handle) {
+			if (st->teach && (site == GS_K_CU_LAUNCH || site == GS_K_CU_LAUNCH_EX) &&
+			    st->rt_handle != handle) {
 				struct gs_k_alias_key ak = {.pid = task->tgid, .drv = handle};
 				bpf_map_update_elem(&aliases, &ak, &st->rt_handle, BPF_ANY);
 			}
 			st->teach = 0;
 			return 0;
 		}
-		if (!comm_matches())
+		if (!in_scope())
 			return 0;
 	}
 	__u32 pid = task->tgid;
@@ -172,11 +181,11 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	return 0;
 }
 
-#define GS_K_LAUNCH_PROG(prog, site)                 \
-	SEC("uprobe")                                \
-	int prog(struct pt_regs *ctx)                \
-	{                                            \
-		return launch(ctx, site);            \
+#define GS_K_LAUNCH_PROG(prog, site)                                                               \
+	SEC("uprobe")                                                                              \
+	int prog(struct pt_regs *ctx)                                                              \
+	{                                                                                          \
+		return launch(ctx, site);                                                          \
 	}
 GS_K_LAUNCH_PROG(gs_k_cuda_launch, GS_K_CUDA_LAUNCH)
 GS_K_LAUNCH_PROG(gs_k_cuda_launch_ex, GS_K_CUDA_LAUNCH_EX)
@@ -216,7 +225,7 @@ SEC("uprobe")
 int gs_k_name_enter(struct pt_regs *ctx)
 {
 	__u32 namer = namer_of(ctx);
-	if (!comm_matches())
+	if (!in_scope())
 		return 0;
 	struct thread_state *st = gs_thread_state_new(&threads);
 	if (!st) {
@@ -230,7 +239,8 @@ int gs_k_name_enter(struct pt_regs *ctx)
 	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? PT_REGS_PARM1(ctx) : PT_REGS_PARM3(ctx);
 	s->active = 1;
 	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
-		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)PT_REGS_PARM3(ctx));
+		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN,
+		                        (void *)PT_REGS_PARM3(ctx));
 	return 0;
 }
 
@@ -250,7 +260,8 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	__u64 handle = 0;
 	bpf_probe_read_user(&handle, sizeof(handle), (void *)s->outp);
-	struct gs_k_named_key nk = {.pid = pid, .namer = namer, .src = s->src, .name_ptr = s->name_ptr};
+	struct gs_k_named_key nk = {
+	        .pid = pid, .namer = namer, .src = s->src, .name_ptr = s->name_ptr};
 	__u64 *was = bpf_map_lookup_elem(&announced, &nk);
 	if (was && *was == handle)
 		return 0;
@@ -295,7 +306,8 @@ int BPF_PROG(gs_k_proc_exit, struct task_struct *p)
 	__builtin_memset(e, 0, sizeof(*e));
 	e->type = GS_K_EV_EXIT;
 	e->pid = pid;
-	BPF_CORE_READ_STR_INTO(&e->name, p, group_leader, comm); /* /proc has no name for it by now */
+	BPF_CORE_READ_STR_INTO(&e->name, p, group_leader,
+	                       comm); /* /proc has no name for it by now */
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

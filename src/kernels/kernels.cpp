@@ -196,7 +196,7 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
   choose_layer();
   bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
-    apply_scope(skel->rodata, cfg_.scope);
+    apply_scope(skel, cfg_.scope);
     skel->rodata->driver_only = driver_only_;
     if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
     auto& p = skel->progs;

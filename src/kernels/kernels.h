@@ -15,60 +15,65 @@ enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH, GS_K_HOST };
 
 /* The launch programs, one per kind: where the handle and the stream are. */
 enum gs_k_site {
-  GS_K_CUDA_LAUNCH,    /* cudaLaunchKernel(func, grid, block, args, smem, stream) */
-  GS_K_CUDA_LAUNCH_EX, /* cudaLaunchKernelExC(config, func, args) */
-  GS_K_CUDA_GRAPH,     /* cudaGraphLaunch(exec, stream) */
-  GS_K_CUDA_HOST_FUNC, /* cudaLaunchHostFunc(stream, fn, data) */
-  GS_K_CU_LAUNCH,      /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, ...) */
-  GS_K_CU_LAUNCH_EX,   /* cuLaunchKernelEx(config, f, params, extra) */
-  GS_K_CU_GRAPH,       /* cuGraphLaunch(exec, stream) */
-  GS_K_CU_HOST_FUNC,   /* cuLaunchHostFunc(stream, fn, data) */
+	GS_K_CUDA_LAUNCH,    /* cudaLaunchKernel(func, grid, block, args, smem, stream) */
+	GS_K_CUDA_LAUNCH_EX, /* cudaLaunchKernelExC(config, func, args) */
+	GS_K_CUDA_GRAPH,     /* cudaGraphLaunch(exec, stream) */
+	GS_K_CUDA_HOST_FUNC, /* cudaLaunchHostFunc(stream, fn, data) */
+	GS_K_CU_LAUNCH,      /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, ...) */
+	GS_K_CU_LAUNCH_EX,   /* cuLaunchKernelEx(config, f, params, extra) */
+	GS_K_CU_GRAPH,       /* cuGraphLaunch(exec, stream) */
+	GS_K_CU_HOST_FUNC,   /* cuLaunchHostFunc(stream, fn, data) */
 };
 
 struct gs_k_key {
-  __u32 pid;
-  __u32 layer;
-  __u64 handle;
+	__u32 pid;
+	__u32 layer;
+	__u64 handle;
 };
 
 struct gs_k_val {
-  __u64 count;
-  __u64 caller; /* return address of the first launch counted: names the module */
+	__u64 count;
+	__u64 caller; /* return address of the first launch counted: names the module */
 };
 
 /* A driver handle and the runtime handle whose launch reached the driver with it. */
 struct gs_k_alias_key {
-  __u32 pid;
-  __u32 pad;
-  __u64 drv;
+	__u32 pid;
+	__u32 pad;
+	__u64 drv;
 };
 
 /* A naming call's inputs: its kind, what it names from (module, library, kernel or stub) and
  * the name's address. A call repeated with the same inputs and result is announced once
  * (PyTorch repeats some every step). */
 struct gs_k_named_key {
-  __u32 pid;
-  __u32 namer;
-  __u64 src;
-  __u64 name_ptr;
+	__u32 pid;
+	__u32 namer;
+	__u64 src;
+	__u64 name_ptr;
 };
 
 enum gs_k_event_type { GS_K_EV_NAME, GS_K_EV_EXIT };
 
 struct gs_k_event {
-  __u32 type;
-  __u32 pid;
-  __u32 namer;
-  __u32 pad;
-  __u64 handle; /* what the call handed out */
-  __u64 src;    /* __cudaGetKernel: stub address; cuKernelGetFunction: the CUkernel */
-  __u64 caller; /* return address of the naming call */
-  __u64
-      name_ptr; /* the name's address (read again when the copy here is cut); __cudaGetKernel: the handle variable's */
-  char name[GS_K_NAME_LEN];
+	__u32 type;
+	__u32 pid;
+	__u32 namer;
+	__u32 pad;
+	__u64 handle;   /* what the call handed out */
+	__u64 src;      /* __cudaGetKernel: stub address; cuKernelGetFunction: the CUkernel */
+	__u64 caller;   /* return address of the naming call */
+	__u64 name_ptr; /* the name's address (read again when the copy here is cut); __cudaGetKernel: the handle variable's */
+	char name[GS_K_NAME_LEN];
 };
 
-enum gs_k_drop { GS_K_DROP_ROWS_FULL, GS_K_DROP_CAPTURED, GS_K_DROP_NO_STATE, GS_K_DROP_EVENTS, GS_K_DROP_COUNT };
+enum gs_k_drop {
+	GS_K_DROP_ROWS_FULL,
+	GS_K_DROP_CAPTURED,
+	GS_K_DROP_NO_STATE,
+	GS_K_DROP_EVENTS,
+	GS_K_DROP_COUNT
+};
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_k_key) == 16);

@@ -8,7 +8,7 @@
 #include <bpf/bpf_core_read.h>
 #include "common/cuda_api.h"
 #include "common/events.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "latency/latency.h"
 #include "common/call_pair.bpf.h"
 #include "common/log2_hist.bpf.h"
@@ -100,7 +100,7 @@ static __always_inline int enter(__u32 api, bool session)
 	struct gs_lat_site *site = site_of(api);
 	if (site)
 		site->entries += 1;
-	if (!comm_matches()) {
+	if (!in_scope()) {
 		if (site)
 			site->filtered += 1;
 		return 1;

@@ -26,7 +26,7 @@ LatencyCollector::LatencyCollector(UprobeSession& session, Config cfg)
         auto* ro = skel->rodata;
         ro->per_process = cfg_.per_process;
         ro->launch_sample = cfg_.launch_sample;
-        apply_scope(ro, cfg_.scope);
+        apply_scope(skel, cfg_.scope);
         return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
       },
       [](latency_bpf* skel) { return skel->progs.gs_lat_session; }, try_session);

@@ -9,6 +9,7 @@
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/where.h"
 #include "latency/histogram.h"
 #include "latency/latency_collector.h"
 
@@ -46,8 +47,16 @@ class LatencyView {
   void write_json(const LatencySnapshot::Key& key, const LatencyStats& s);
   void write_text(const LatencySnapshot::Key& key, const LatencyStats& s, const LatencyRow& row);
   void write_errors_json(const LatencySnapshot& now);
+  std::string container_cell(pid_t pid) {
+    std::vector<std::string> c;
+    where_.cells_of(pid, c);
+    std::string s = c[0];
+    for (size_t i = 1; i < c.size(); i++) s += (i == 1 ? " pod " : " namespace ") + c[i];
+    return s;
+  }
 
   const LatencyOptions& o_;
+  WhereView where_{o_.scope};
   Writer out_;
   LatencySnapshot prev_;
 };
@@ -68,7 +77,10 @@ void LatencyView::write_json(const LatencySnapshot::Key& key, const LatencyStats
   auto [pid, api] = key;
   JsonLine j(out_.buf());
   j.str("type", "latency");
-  if (o_.per_process) j.num("pid", pid);
+  if (o_.per_process) {
+    j.num("pid", pid);
+    where_.json(j, static_cast<pid_t>(pid));
+  }
   j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
   unsigned first = kLatBuckets, last = 0;
   for (unsigned i = 0; i < kLatBuckets; i++)
@@ -89,7 +101,9 @@ void LatencyView::write_text(const LatencySnapshot::Key& key, const LatencyStats
   auto it = std::back_inserter(out_.buf());
   auto [pid, api] = key;
   std::string title = fmt::format("{} ({}){}", api_symbol(api), layer_name(api_desc(api).layer),
-                                  o_.per_process ? fmt::format(" pid {}{}", pid, comm_suffix(pid)) : "");
+                                  o_.per_process ? fmt::format(" pid {}{} container {}", pid, comm_suffix(pid),
+                                                               container_cell(static_cast<pid_t>(pid)))
+                                                 : "");
   render_histogram(out_.buf(), title, s);
   fmt::format_to(it, "  return codes:\n");
   const LatencyRow* old = prev_row(key);
@@ -107,7 +121,10 @@ void LatencyView::write_errors_json(const LatencySnapshot& now) {
       if (!d) continue;
       JsonLine j(out_.buf());
       j.str("type", "errors");
-      if (o_.per_process) j.num("pid", pid);
+      if (o_.per_process) {
+        j.num("pid", pid);
+        where_.json(j, static_cast<pid_t>(pid));
+      }
       j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", latency_ret_name(api, ret)).num("count", d);
       j.end();
     }

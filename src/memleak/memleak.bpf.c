@@ -9,7 +9,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "common/events.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "memleak/memleak.h"
 #include "common/call_pair.bpf.h"
 #include "common/maps.bpf.h"
@@ -129,7 +129,8 @@ static __always_inline struct gs_ml_proc *get_proc(__u32 pid)
 	return bpf_map_lookup_elem(&ml_procs, &pid);
 }
 
-static __always_inline void count_error(struct gs_ml_proc *p, __u32 pid, __u8 op, __u8 layer, __s32 code)
+static __always_inline void count_error(struct gs_ml_proc *p, __u32 pid, __u8 op, __u8 layer,
+                                        __s32 code)
 {
 	struct gs_ml_err_key k = {.pid = pid, .op = op, .layer = layer, .code = code};
 	struct gs_ml_err_val *v = bpf_map_lookup_elem(&ml_errors, &k);
@@ -158,8 +159,8 @@ static __always_inline void account(struct gs_ml_proc *p, __u8 category, __s64 b
 	}
 }
 
-static __always_inline void emit_free(__u32 type, __u32 pid, __u64 addr, __s32 ret, __u32 site, __u8 reason,
-				      __u8 layer)
+static __always_inline void emit_free(__u32 type, __u32 pid, __u64 addr, __s32 ret, __u32 site,
+                                      __u8 reason, __u8 layer)
 {
 	struct gs_ml_event *e = bpf_ringbuf_reserve(&ml_events, sizeof(*e), 0);
 	if (!e) {
@@ -176,7 +177,8 @@ static __always_inline void emit_free(__u32 type, __u32 pid, __u64 addr, __s32 r
 	e->reason = reason;
 	e->layer = layer;
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	BPF_CORE_READ_STR_INTO(&e->comm, t, group_leader, comm); /* the process may be gone when it is read */
+	BPF_CORE_READ_STR_INTO(&e->comm, t, group_leader,
+	                       comm); /* the process may be gone when it is read */
 	bpf_ringbuf_submit(e, 0);
 }
 
@@ -200,7 +202,7 @@ static __always_inline void save_stack(struct pt_regs *ctx, struct gs_ml_key *k)
 
 /* Records a new allocation (or VMM handle); a stale entry from a missed free is replaced. */
 static __always_inline void record(struct pt_regs *ctx, struct gs_ml_proc *p, struct gs_ml_key *k,
-				   struct gs_ml_alloc *a)
+                                   struct gs_ml_alloc *a)
 {
 	if (bpf_map_update_elem(&ml_allocs, k, a, BPF_NOEXIST) != 0) {
 		struct gs_ml_alloc *old = bpf_map_lookup_elem(&ml_allocs, k);
@@ -240,8 +242,8 @@ static __always_inline bool started_before_watch(void)
 	return BPF_CORE_READ(t, group_leader, start_boottime) < watch_since_ns;
 }
 
-static __always_inline void on_free(struct gs_ml_proc *p, __u32 pid, __u32 site, __u8 layer, __u32 space,
-				    __u64 ptr, __s32 ret)
+static __always_inline void on_free(struct gs_ml_proc *p, __u32 pid, __u32 site, __u8 layer,
+                                    __u32 space, __u64 ptr, __s32 ret)
 {
 	struct gs_ml_key k = {.pid = pid, .space = space, .addr = ptr, .gen_ns = p->gen_ns};
 	struct gs_ml_alloc *a = bpf_map_lookup_elem(&ml_allocs, &k);
@@ -255,8 +257,8 @@ static __always_inline void on_free(struct gs_ml_proc *p, __u32 pid, __u32 site,
 		count_error(p, pid, GS_ML_OP_FREE, layer, ret);
 		if (freed_before)
 			__sync_fetch_and_add(&p->double_frees, 1);
-		emit_free(GS_ML_EV_BAD_FREE, pid, ptr, ret, site, freed_before ? GS_ML_R_DOUBLE_FREE : GS_ML_R_ERROR,
-			  layer);
+		emit_free(GS_ML_EV_BAD_FREE, pid, ptr, ret, site,
+		          freed_before ? GS_ML_R_DOUBLE_FREE : GS_ML_R_ERROR, layer);
 		return;
 	}
 	if (a && space == GS_ML_SPACE_HANDLE && a->vmm_released) {
@@ -291,14 +293,18 @@ static __always_inline void on_unmap(struct gs_ml_proc *p, __u32 pid, __u64 va, 
 {
 	__u64 end = va + size;
 	for (int i = 0; i < GS_ML_UNMAP_SPAN && va < end; i++) {
-		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = va, .gen_ns = p->gen_ns};
+		struct gs_ml_key mk = {
+		        .pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = va, .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *m = bpf_map_lookup_elem(&ml_allocs, &mk);
 		if (!m)
 			return;
 		__u64 handle = m->handle, msize = m->size_bytes;
 		if (bpf_map_delete_elem(&ml_allocs, &mk) != 0)
 			return;
-		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = handle, .gen_ns = p->gen_ns};
+		struct gs_ml_key hk = {.pid = pid,
+		                       .space = GS_ML_SPACE_HANDLE,
+		                       .addr = handle,
+		                       .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
 		if (h) {
 			if (h->vmm_mappings > 0)
@@ -329,9 +335,11 @@ struct release_acc {
  * every callback iteration, and counts it can follow never converge. */
 GS_PERCPU_VALUE(ml_release_buf, struct release_acc);
 
-static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_alloc *a, struct release_match *m)
+static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_alloc *a,
+                        struct release_match *m)
 {
-	if (k->pid != m->pid || k->gen_ns != m->gen_ns || k->space != GS_ML_SPACE_ADDR || a->ctx != m->ctx)
+	if (k->pid != m->pid || k->gen_ns != m->gen_ns || k->space != GS_ML_SPACE_ADDR ||
+	    a->ctx != m->ctx)
 		return 0;
 	struct gs_ml_key key = *k;
 	__u64 size = a->size_bytes;
@@ -356,8 +364,8 @@ static long release_one(struct bpf_map *map, struct gs_ml_key *k, struct gs_ml_a
 /* A context ended: its allocations are gone without a free. They leave the map and the
  * counters now, so the exit report lists only what was still held, and userspace hears of
  * them once. Contexts end rarely, so walking the allocation map here is cheap overall. */
-static __always_inline void release_ctx(struct gs_ml_proc *p, __u32 pid, __u64 ctx_id, __s32 dev, __u32 site,
-					__u8 layer)
+static __always_inline void release_ctx(struct gs_ml_proc *p, __u32 pid, __u64 ctx_id, __s32 dev,
+                                        __u32 site, __u8 layer)
 {
 	struct release_match m = {.pid = pid, .gen_ns = p->gen_ns, .ctx = ctx_id};
 	struct release_acc *r = gs_percpu(&ml_release_buf);
@@ -449,7 +457,8 @@ static __always_inline void ctx_pop(struct thread_state *st)
 static __always_inline void runtime_binds(struct thread_state *st)
 {
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	if (!st->cur_ctx && session_start_ns && BPF_CORE_READ(t, group_leader, start_boottime) >= session_start_ns) {
+	if (!st->cur_ctx && session_start_ns &&
+	    BPF_CORE_READ(t, group_leader, start_boottime) >= session_start_ns) {
 		st->cur_ctx = GS_ML_PRIMARY_CTX(0);
 		st->cur_dev = 0;
 	}
@@ -550,7 +559,7 @@ SEC("uprobe")
 int ml_enter(struct pt_regs *ctx)
 {
 	__u64 site = bpf_get_attach_cookie(ctx);
-	if (site >= GS_API_COUNT || !comm_matches())
+	if (site >= GS_API_COUNT || !in_scope())
 		return 0;
 	struct thread_state *st = gs_thread_state_new(&ml_threads);
 	if (!st) {
@@ -627,12 +636,17 @@ int ml_exit(struct pt_regs *ctx)
 		}
 		__sync_fetch_and_add(&p->allocs_ok, 1);
 		/* Stream-ordered memory comes from a pool, which outlives contexts (cudaDeviceReset's docs). */
-		bool pooled = site == GS_API_CUDA_MALLOC_ASYNC || site == GS_API_CUDA_MALLOC_FROM_POOL_ASYNC ||
-			      site == GS_API_CU_MEM_ALLOC_ASYNC || site == GS_API_CU_MEM_ALLOC_FROM_POOL_ASYNC;
-		struct gs_ml_alloc a = {.ts_boot_ns = bpf_ktime_get_boot_ns(), .site = site,
-					.category = d->mem_cat, .layer = d->layer,
-					.device = st->cur_ctx ? st->cur_dev : -1,
-					.ctx = pooled || d->mem_op == GS_MEM_VMM_CREATE ? 0 : st->cur_ctx};
+		bool pooled = site == GS_API_CUDA_MALLOC_ASYNC ||
+		              site == GS_API_CUDA_MALLOC_FROM_POOL_ASYNC ||
+		              site == GS_API_CU_MEM_ALLOC_ASYNC ||
+		              site == GS_API_CU_MEM_ALLOC_FROM_POOL_ASYNC;
+		struct gs_ml_alloc a = {
+		        .ts_boot_ns = bpf_ktime_get_boot_ns(),
+		        .site = site,
+		        .category = d->mem_cat,
+		        .layer = d->layer,
+		        .device = st->cur_ctx ? st->cur_dev : -1,
+		        .ctx = pooled || d->mem_op == GS_MEM_VMM_CREATE ? 0 : st->cur_ctx};
 		struct gs_ml_key k = {.pid = pid, .space = GS_ML_SPACE_ADDR, .gen_ns = p->gen_ns};
 		bpf_probe_read_user(&k.addr, sizeof(k.addr), (void *)st->arg[0]);
 		a.size_bytes = st->arg[1];
@@ -644,7 +658,9 @@ int ml_exit(struct pt_regs *ctx)
 			__s32 loc[2] = {};
 			k.space = GS_ML_SPACE_HANDLE;
 			a.device = -1;
-			if (bpf_probe_read_user(loc, sizeof(loc), (void *)(st->arg[2] + GS_ML_PROP_LOCATION_TYPE_OFF)) == 0 &&
+			if (bpf_probe_read_user(
+			            loc, sizeof(loc),
+			            (void *)(st->arg[2] + GS_ML_PROP_LOCATION_TYPE_OFF)) == 0 &&
 			    loc[0] == GS_ML_LOCATION_DEVICE)
 				a.device = loc[1];
 		}
@@ -663,15 +679,25 @@ int ml_exit(struct pt_regs *ctx)
 		if (ret != 0)
 			return 0;
 		/* cuMemMap(ptr, size, offset, handle, flags) */
-		struct gs_ml_key mk = {.pid = pid, .space = GS_ML_SPACE_MAPPING, .addr = st->arg[0], .gen_ns = p->gen_ns};
-		struct gs_ml_alloc m = {.size_bytes = st->arg[1], .ts_boot_ns = bpf_ktime_get_boot_ns(),
-					.handle = st->arg[3], .site = site,
-					.category = GS_MEM_VMM, .layer = d->layer, .device = -1};
+		struct gs_ml_key mk = {.pid = pid,
+		                       .space = GS_ML_SPACE_MAPPING,
+		                       .addr = st->arg[0],
+		                       .gen_ns = p->gen_ns};
+		struct gs_ml_alloc m = {.size_bytes = st->arg[1],
+		                        .ts_boot_ns = bpf_ktime_get_boot_ns(),
+		                        .handle = st->arg[3],
+		                        .site = site,
+		                        .category = GS_MEM_VMM,
+		                        .layer = d->layer,
+		                        .device = -1};
 		if (bpf_map_update_elem(&ml_allocs, &mk, &m, BPF_ANY) != 0) {
 			count_drop(GS_ML_DROP_ALLOCS_FULL);
 			return 0;
 		}
-		struct gs_ml_key hk = {.pid = pid, .space = GS_ML_SPACE_HANDLE, .addr = st->arg[3], .gen_ns = p->gen_ns};
+		struct gs_ml_key hk = {.pid = pid,
+		                       .space = GS_ML_SPACE_HANDLE,
+		                       .addr = st->arg[3],
+		                       .gen_ns = p->gen_ns};
 		struct gs_ml_alloc *h = bpf_map_lookup_elem(&ml_allocs, &hk);
 		if (h)
 			__sync_fetch_and_add(&h->vmm_mappings, 1);

@@ -57,7 +57,7 @@ MemleakCollector::MemleakCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, memleak_bpf__destroy) {
   bool multi = open_and_load_uprobes(skel_, memleak_bpf__open, memleak_bpf__load, [&](memleak_bpf* skel) {
     auto* ro = skel->rodata;
-    apply_scope(ro, cfg_.scope);
+    apply_scope(skel, cfg_.scope);
     ro->capture_stacks = cfg_.stacks;
     ro->py_walk = cfg_.stacks && cfg_.py_frames;
     if (!ro->py_walk) {

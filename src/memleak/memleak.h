@@ -10,12 +10,12 @@
 
 #define GS_ML_MAX_ALLOCS 131072 /* live allocations, VMM handles and mappings, all processes */
 #define GS_ML_MAX_PROCS 8192
-#define GS_ML_MAX_FREED 16384   /* recently freed addresses (LRU), for double frees */
+#define GS_ML_MAX_FREED 16384 /* recently freed addresses (LRU), for double frees */
 #define GS_ML_STACK_DEPTH 32
-#define GS_ML_MAX_ERRORS 4096   /* distinct (process, op, layer, error) failure counters */
-#define GS_ML_UNMAP_SPAN 8      /* mappings one cuMemUnmap can take down */
-#define GS_ML_MAX_CTXS 4096     /* CUDA contexts seen made or retained, all processes */
-#define GS_ML_CTX_STACK 4       /* contexts pushed under the current one, per thread */
+#define GS_ML_MAX_ERRORS 4096 /* distinct (process, op, layer, error) failure counters */
+#define GS_ML_UNMAP_SPAN 8    /* mappings one cuMemUnmap can take down */
+#define GS_ML_MAX_CTXS 4096   /* CUDA contexts seen made or retained, all processes */
+#define GS_ML_CTX_STACK 4     /* contexts pushed under the current one, per thread */
 
 /* A context as allocations name it: a CUcontext, or the primary context of a device. Primary
  * contexts get this id whatever way they became current (cudaSetDevice, the runtime's own
@@ -46,15 +46,15 @@ struct gs_ml_key {
 /* One live allocation (space ADDR), VMM handle (HANDLE) or VMM mapping (MAPPING). */
 struct gs_ml_alloc {
 	__u64 size_bytes;
-	__u64 ts_boot_ns; /* CLOCK_BOOTTIME when the allocating call returned */
-	__u64 handle;     /* MAPPING: the physical handle mapped there */
-	__u16 site;       /* enum gs_ml_site */
-	__u8 category;    /* enum gs_ml_category */
-	__u8 layer;       /* enum gs_ml_layer */
-	__s32 device;     /* CUDA ordinal, -1 when not known */
+	__u64 ts_boot_ns;   /* CLOCK_BOOTTIME when the allocating call returned */
+	__u64 handle;       /* MAPPING: the physical handle mapped there */
+	__u16 site;         /* enum gs_ml_site */
+	__u8 category;      /* enum gs_ml_category */
+	__u8 layer;         /* enum gs_ml_layer */
+	__s32 device;       /* CUDA ordinal, -1 when not known */
 	__u32 vmm_mappings; /* HANDLE: live mappings of it */
 	__u32 vmm_released; /* HANDLE: cuMemRelease has returned success */
-	__u64 ctx;          /* the context whose end frees it (GS_ML_PRIMARY_CTX or a CUcontext); 0: none known */
+	__u64 ctx; /* the context whose end frees it (GS_ML_PRIMARY_CTX or a CUcontext); 0: none known */
 };
 
 struct gs_ml_ctx_key {
@@ -101,19 +101,19 @@ struct gs_ml_err_val {
 
 /* Per-process counters, updated atomically by the probes. */
 struct gs_ml_proc {
-	__u64 gen_ns;             /* CLOCK_BOOTTIME when the entry was made: one life of the pid */
-	__u64 outstanding_bytes;  /* device memory: device, managed and VMM */
+	__u64 gen_ns;            /* CLOCK_BOOTTIME when the entry was made: one life of the pid */
+	__u64 outstanding_bytes; /* device memory: device, managed and VMM */
 	__u64 outstanding_allocs;
-	__u64 pinned_bytes;       /* pinned host memory */
+	__u64 pinned_bytes; /* pinned host memory */
 	__u64 pinned_allocs;
 	__u64 allocs_ok;
 	__u64 allocs_failed;
-	__u64 allocs_untracked;   /* succeeded but not recorded: allocation map full */
-	__u64 frees_ok;           /* succeeded and released an allocation gpuscope saw */
-	__u64 frees_failed;       /* returned an error */
-	__u64 frees_untracked;    /* succeeded on an address allocated before gpuscope watched */
-	__u64 bad_frees;          /* succeeded on an address freed before or never allocated */
-	__u64 double_frees;       /* of bad_frees and frees_failed: the address was freed before */
+	__u64 allocs_untracked; /* succeeded but not recorded: allocation map full */
+	__u64 frees_ok;         /* succeeded and released an allocation gpuscope saw */
+	__u64 frees_failed;     /* returned an error */
+	__u64 frees_untracked;  /* succeeded on an address allocated before gpuscope watched */
+	__u64 bad_frees;        /* succeeded on an address freed before or never allocated */
+	__u64 double_frees;     /* of bad_frees and frees_failed: the address was freed before */
 };
 
 enum gs_ml_event_type {
@@ -126,18 +126,18 @@ enum gs_ml_event_type {
 enum gs_ml_reason { GS_ML_R_NONE, GS_ML_R_DOUBLE_FREE, GS_ML_R_ERROR, GS_ML_R_UNKNOWN_ADDRESS };
 
 struct gs_ml_event {
-	__u32 type;       /* enum gs_ml_event_type */
+	__u32 type; /* enum gs_ml_event_type */
 	__u32 pid;
 	__u64 ts_boot_ns;
-	__u64 addr;       /* frees: the pointer or handle freed; CTX_RELEASED: the context id */
+	__u64 addr; /* frees: the pointer or handle freed; CTX_RELEASED: the context id */
 	union {
 		__s32 ret;    /* frees: cudaError_t / CUresult */
 		__s32 device; /* CTX_RELEASED: the context's device, -1 when not known */
 	};
 	__u16 site;
-	__u8 reason;      /* enum gs_ml_reason */
-	__u8 layer;       /* frees: enum gs_ml_layer, which says how to name ret */
-	char comm[16];    /* the process name, which /proc may no longer have */
+	__u8 reason;   /* enum gs_ml_reason */
+	__u8 layer;    /* frees: enum gs_ml_layer, which says how to name ret */
+	char comm[16]; /* the process name, which /proc may no longer have */
 	/* EXIT/EXEC: read just before the entry was deleted. CTX_RELEASED: what the context's end
 	 * released (outstanding_* and pinned_*), the rest zero. */
 	struct gs_ml_proc counters;

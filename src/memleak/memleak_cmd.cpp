@@ -13,6 +13,7 @@
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/where.h"
 #include "memleak/memleak_collector.h"
 
 namespace gpuscope {
@@ -59,27 +60,30 @@ std::string human_age(uint64_t ns) {
   if (ns < 600000000000ull) return fmt::format("{:.1f} s", ns / 1e9);
   return fmt::format("{:.1f} min", ns / 6e10);
 }
-const Table& summary_table() {
-  static const Table t({{"PID", 7},
-                        {"COMM", -16},
-                        {"OUTSTANDING", 12},
-                        {"ALLOCS", 7},
-                        {"PINNED", 10},
-                        {"ALLOC OK", 9},
-                        {"FAILED", 7},
-                        {"FREE OK", 8},
-                        {"FAILED", 7},
-                        {"BAD", 4},
-                        {"UNTRACKED", 10},
-                        {"STATE", -8},
-                        {"DEVICES", 0}});
-  return t;
+// Where the container columns go: after PID and COMM.
+constexpr size_t kWhereAt = 2;
+
+Table summary_table(const WhereView& w) {
+  return w.table({{"PID", 7},
+                  {"COMM", -16},
+                  {"OUTSTANDING", 12},
+                  {"ALLOCS", 7},
+                  {"PINNED", 10},
+                  {"ALLOC OK", 9},
+                  {"FAILED", 7},
+                  {"FREE OK", 8},
+                  {"FAILED", 7},
+                  {"BAD", 4},
+                  {"UNTRACKED", 10},
+                  {"STATE", -8},
+                  {"DEVICES", 0}},
+                 kWhereAt);
 }
 
 // The memleak view: a summary row per process, leak reports, bad frees and the drops line.
 class MemleakView {
  public:
-  explicit MemleakView(const MemleakOptions& o) : o_(o) {}
+  explicit MemleakView(const MemleakOptions& o) : o_(o), where_(o.scope), summary_table_(summary_table(where_)) {}
   void free_event(const MemleakFreeEvent& e);
   void context_released(const MemleakContextRelease& c);
   void ended(const MemleakProcess& p, const std::vector<MemleakLeak>& leaks);
@@ -97,6 +101,8 @@ class MemleakView {
   void leak_json(const MemleakLeak& r);
 
   const MemleakOptions& o_;
+  WhereView where_;
+  Table summary_table_;
   Writer out_;
   std::set<std::tuple<uint32_t, bool, uint64_t, uint64_t>> suspected_;  // (pid, handle?, addr, ts) listed
 };
@@ -104,12 +110,9 @@ class MemleakView {
 void MemleakView::free_event(const MemleakFreeEvent& e) {
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", e.bad ? "bad_free" : "untracked_free")
-        .num("pid", e.pid)
-        .str("comm", e.comm)
-        .str("addr", hex(e.addr))
-        .str("api", api_symbol(e.api))
-        .str("layer", layer_str(e.layer));
+    j.str("type", e.bad ? "bad_free" : "untracked_free").num("pid", e.pid).str("comm", e.comm);
+    where_.json(j, static_cast<pid_t>(e.pid));
+    j.str("addr", hex(e.addr)).str("api", api_symbol(e.api)).str("layer", layer_str(e.layer));
     if (e.bad) j.str("reason", reason_str(e.reason));
     if (e.ret) j.str("error", error_name(e.layer, e.ret));
     j.end();
@@ -123,10 +126,9 @@ void MemleakView::free_event(const MemleakFreeEvent& e) {
 void MemleakView::context_released(const MemleakContextRelease& c) {
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "context_released")
-        .num("pid", c.pid)
-        .str("comm", c.comm)
-        .str("ctx", c.primary ? "primary" : hex(c.ctx))
+    j.str("type", "context_released").num("pid", c.pid).str("comm", c.comm);
+    where_.json(j, static_cast<pid_t>(c.pid));
+    j.str("ctx", c.primary ? "primary" : hex(c.ctx))
         .boolean("primary", c.primary)
         .num("device", c.device)
         .str("api", api_symbol(c.api))
@@ -162,7 +164,9 @@ void MemleakView::summary(const MemleakProcess& p) {
   const gs_ml_proc& c = p.counters;
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "summary").num("pid", p.pid).str("comm", p.comm).num("outstanding_bytes", c.outstanding_bytes);
+    j.str("type", "summary").num("pid", p.pid).str("comm", p.comm);
+    where_.json(j, static_cast<pid_t>(p.pid));
+    j.num("outstanding_bytes", c.outstanding_bytes);
     j.num("outstanding_allocs", c.outstanding_allocs).num("allocs_ok", c.allocs_ok);
     j.num("allocs_failed", c.allocs_failed).num("frees_ok", c.frees_ok).num("frees_failed", c.frees_failed);
     j.num("pinned_bytes", c.pinned_bytes).num("pinned_allocs", c.pinned_allocs);
@@ -193,11 +197,13 @@ void MemleakView::summary(const MemleakProcess& p) {
     j.str("state", p.state).end();
     return;
   }
-  summary_table().row(out_.buf(),
-                      {std::to_string(p.pid), p.comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
-                       human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed),
-                       std::to_string(c.frees_ok), std::to_string(c.frees_failed), std::to_string(c.bad_frees),
-                       std::to_string(c.frees_untracked), p.state, devices_str(p.devices)});
+  summary_table_.row(
+      out_.buf(),
+      where_.row({std::to_string(p.pid), p.comm, human(c.outstanding_bytes), std::to_string(c.outstanding_allocs),
+                  human(c.pinned_bytes), std::to_string(c.allocs_ok), std::to_string(c.allocs_failed),
+                  std::to_string(c.frees_ok), std::to_string(c.frees_failed), std::to_string(c.bad_frees),
+                  std::to_string(c.frees_untracked), p.state, devices_str(p.devices)},
+                 kWhereAt, static_cast<pid_t>(p.pid)));
   for (auto* errs : {&p.alloc_errors, &p.free_errors})
     for (auto& [n, v] : *errs)
       fmt::format_to(it, "{:>9}{} failed {} time{}: {}\n", "", errs == &p.alloc_errors ? "allocations" : "frees", v,
@@ -206,10 +212,9 @@ void MemleakView::summary(const MemleakProcess& p) {
 
 void MemleakView::leak_json(const MemleakLeak& r) {
   JsonLine j(out_.buf());
-  j.str("type", "leak")
-      .num("pid", r.pid)
-      .str("comm", r.comm)
-      .str("addr", hex(r.addr))
+  j.str("type", "leak").num("pid", r.pid).str("comm", r.comm);
+  where_.json(j, static_cast<pid_t>(r.pid));
+  j.str("addr", hex(r.addr))
       .num("size", r.size)
       .num("age_ns", r.age_ns)
       .str("api", api_symbol(r.api))
@@ -249,7 +254,7 @@ void MemleakView::leaks(uint32_t pid, const std::string& comm, const std::string
 }
 
 void MemleakView::ended(const MemleakProcess& p, const std::vector<MemleakLeak>& rows) {
-  if (!o_.common.json) summary_table().header(out_.buf());
+  if (!o_.common.json) summary_table_.header(out_.buf());
   summary(p);
   leaks(p.pid, p.comm, p.state, rows);
   std::erase_if(suspected_, [&](auto& t) { return std::get<0>(t) == p.pid; });
@@ -263,7 +268,7 @@ void MemleakView::interval(const MemleakSnapshot& s) {
     localtime_r(&t, &tm);
     fmt::format_to(it, "{:02}:{:02}:{:02}  {} process{}\n", tm.tm_hour, tm.tm_min, tm.tm_sec, s.processes.size(),
                    s.processes.size() == 1 ? "" : "es");
-    if (!s.processes.empty()) summary_table().header(out_.buf());
+    if (!s.processes.empty()) summary_table_.header(out_.buf());
   }
   for (auto& p : s.processes) summary(p);
   std::map<uint32_t, std::vector<MemleakLeak>> by_pid;

@@ -56,8 +56,8 @@ static __always_inline __u32 gs_py_ns_tid(struct task_struct *t)
 	struct upid up = {};
 
 	bpf_probe_read_kernel(&up, sizeof(up),
-			      (void *)p + bpf_core_field_offset(struct pid, numbers) +
-				      (__u64)(level & 31) * bpf_core_type_size(struct upid));
+	                      (void *)p + bpf_core_field_offset(struct pid, numbers) +
+	                              (__u64)(level & 31) * bpf_core_type_size(struct upid));
 	return up.nr;
 }
 
@@ -94,12 +94,14 @@ static long gs_py_thread_step(__u64 i, void *arg)
 /* The thread's PyThreadState: remembered per thread after one walk of the interpreter's thread
  * list, and checked on every use (a thread state is freed when its thread ends). A thread that
  * has none (a C++ worker) walks the list again only every 64th time. */
-static __always_inline __u64 gs_py_tstate_of(struct gs_py_proc *pp, __u32 pid, __u32 tid, __u32 ns_tid)
+static __always_inline __u64 gs_py_tstate_of(struct gs_py_proc *pp, __u32 pid, __u32 tid,
+                                             __u32 ns_tid)
 {
 	struct gs_py_tstate *c = bpf_map_lookup_elem(&gs_py_tstates, &tid);
 	struct gs_py_tstate fresh = {.pid = pid};
-	struct gs_py_thread_walk w = {.ns_tid = ns_tid, .next_off = pp->tstate_next,
-				      .tid_off = pp->tstate_native_thread_id};
+	struct gs_py_thread_walk w = {.ns_tid = ns_tid,
+	                              .next_off = pp->tstate_next,
+	                              .tid_off = pp->tstate_native_thread_id};
 
 	if (c && c->pid == pid) {
 		if (!c->addr && (++c->skipped & 63))

@@ -8,8 +8,8 @@
 #include <linux/types.h>
 #endif
 
-#define GS_PY_MAX_DEPTH 64      /* frames walked per sample; a deeper chain is cut and counted */
-#define GS_PY_MAX_THREADS 64    /* thread states looked at to find the sampled thread's */
+#define GS_PY_MAX_DEPTH 64   /* frames walked per sample; a deeper chain is cut and counted */
+#define GS_PY_MAX_THREADS 64 /* thread states looked at to find the sampled thread's */
 #define GS_PY_MAX_PROCS 4096
 #define GS_PY_MAX_TSTATES 16384 /* host tid -> its PyThreadState, found once */
 #define GS_PY_MAX_STACKS 8192   /* distinct Python chains kept */
@@ -18,19 +18,19 @@
 /* Where to find things in one process's interpreter (written by userspace per process, from
  * _Py_DebugOffsets or the per-version table). Offsets in bytes. */
 struct gs_py_proc {
-	__u64 interp_head_addr;       /* address of _PyRuntime.interpreters.head */
-	__u16 interp_threads_head;    /* PyInterpreterState.threads.head */
-	__u16 tstate_next;            /* PyThreadState.next */
-	__u16 tstate_native_thread_id;/* PyThreadState.native_thread_id (tid in the process's pid namespace) */
-	__u16 tstate_frame;           /* PyThreadState.cframe (3.11, 3.12) or .current_frame (3.13) */
-	__u16 cframe_current_frame;   /* _PyCFrame.current_frame; GS_PY_NONE: tstate_frame is the frame */
-	__u16 frame_code;             /* _PyInterpreterFrame.f_code / f_executable */
+	__u64 interp_head_addr;    /* address of _PyRuntime.interpreters.head */
+	__u16 interp_threads_head; /* PyInterpreterState.threads.head */
+	__u16 tstate_next;         /* PyThreadState.next */
+	__u16 tstate_native_thread_id; /* PyThreadState.native_thread_id (tid in the process's pid namespace) */
+	__u16 tstate_frame;         /* PyThreadState.cframe (3.11, 3.12) or .current_frame (3.13) */
+	__u16 cframe_current_frame; /* _PyCFrame.current_frame; GS_PY_NONE: tstate_frame is the frame */
+	__u16 frame_code;           /* _PyInterpreterFrame.f_code / f_executable */
 	__u16 frame_previous;
-	__u16 frame_instr;            /* prev_instr (3.11, 3.12) / instr_ptr (3.13) */
+	__u16 frame_instr; /* prev_instr (3.11, 3.12) / instr_ptr (3.13) */
 	__u16 frame_owner;
-	__u16 frame_is_entry;         /* 3.11; GS_PY_NONE: entries are marked by C-stack shim frames */
-	__u16 code_qualname;          /* PyCodeObject.co_qualname: its address tags a code object's life */
-	__u16 code_adaptive;          /* PyCodeObject.co_code_adaptive: instruction 0 */
+	__u16 frame_is_entry; /* 3.11; GS_PY_NONE: entries are marked by C-stack shim frames */
+	__u16 code_qualname;  /* PyCodeObject.co_qualname: its address tags a code object's life */
+	__u16 code_adaptive;  /* PyCodeObject.co_code_adaptive: instruction 0 */
 };
 
 /* Frame owner values (pycore_frame.h, the same from 3.11 to 3.13). */
@@ -72,12 +72,12 @@ struct gs_py_tstate {
 };
 
 enum gs_py_counter {
-	GS_PY_CNT_WALKS,      /* samples of a known Python process walked */
-	GS_PY_CNT_TRUNCATED,  /* chains cut at GS_PY_MAX_DEPTH */
-	GS_PY_CNT_NO_TSTATE,  /* thread without a PyThreadState (not a Python thread, or past the bound) */
-	GS_PY_CNT_READ_ERR,   /* interpreter memory unreadable mid-walk (paged out, or changing) */
-	GS_PY_CNT_STACKS_FULL,/* chain map full: the sample keeps native frames only */
-	GS_PY_CNT_EVENTS_LOST,/* new-chain notice lost (ring buffer full): named at report time instead */
+	GS_PY_CNT_WALKS,     /* samples of a known Python process walked */
+	GS_PY_CNT_TRUNCATED, /* chains cut at GS_PY_MAX_DEPTH */
+	GS_PY_CNT_NO_TSTATE, /* thread without a PyThreadState (not a Python thread, or past the bound) */
+	GS_PY_CNT_READ_ERR,    /* interpreter memory unreadable mid-walk (paged out, or changing) */
+	GS_PY_CNT_STACKS_FULL, /* chain map full: the sample keeps native frames only */
+	GS_PY_CNT_EVENTS_LOST, /* new-chain notice lost (ring buffer full): named at report time instead */
 	GS_PY_CNT_COUNT
 };
 

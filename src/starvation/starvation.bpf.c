@@ -117,7 +117,8 @@ static __always_inline bool listed(__u32 tgid)
 
 /* Whether process tgid holds at least min_gpu_mem_bytes on some device, and the newest
  * last-active time over those devices. The per-CPU cache c answers for the rest of a tick. */
-static __always_inline bool gpu_of(struct gs_s_cpu *c, struct gpu_meta *m, __u32 tgid, __u64 *newest)
+static __always_inline bool gpu_of(struct gs_s_cpu *c, struct gpu_meta *m, __u32 tgid,
+                                   __u64 *newest)
 {
 	__u32 n_devices = m->n_devices;
 	__u64 tick = m->last_update_boottime_ns;
@@ -195,8 +196,8 @@ static __always_inline __s32 stack_id(void *ctx, __u64 flags)
 
 /* Adds the starving part of the slice [start, now] of task t: the part after every device its
  * process holds memory on had been idle min_idle_ns. Returns its row, or NULL. */
-static __always_inline struct gs_s_thread *account(struct gs_s_cpu *c, struct task_struct *t, struct gpu_meta *m,
-						   __u64 start, __u64 now)
+static __always_inline struct gs_s_thread *account(struct gs_s_cpu *c, struct task_struct *t,
+                                                   struct gpu_meta *m, __u64 start, __u64 now)
 {
 	__u32 tgid = t->tgid, tid = t->pid;
 	__u64 newest, since, from;

@@ -37,33 +37,6 @@ struct SkelDeleter {
   void operator()(starvation_bpf* s) const { starvation_bpf__destroy(s); }
 };
 
-// A container id from the process's cgroup paths, as the common runtimes name them
-// (docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, /docker/<id>,
-// kubepods .../<id>); "" for a process on the host.
-std::string container_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/cgroup");
-  std::string line;
-  while (std::getline(f, line)) {
-    auto colon = line.find(':', line.find(':') + 1);
-    if (colon == std::string::npos) continue;
-    std::string path = line.substr(colon + 1);
-    size_t pos = 0;
-    while (pos < path.size()) {
-      size_t slash = path.find('/', pos);
-      if (slash == std::string::npos) slash = path.size();
-      std::string_view seg(path.data() + pos, slash - pos);
-      pos = slash + 1;
-      if (seg.ends_with(".scope")) seg.remove_suffix(6);
-      for (std::string_view pre : {"docker-", "cri-containerd-", "crio-", "libpod-"})
-        if (seg.starts_with(pre)) seg.remove_prefix(pre.size());
-      if (seg.size() >= 32 &&
-          std::all_of(seg.begin(), seg.end(), [](char c) { return isxdigit(static_cast<unsigned char>(c)); }))
-        return std::string(seg.substr(0, 12));
-    }
-  }
-  return "";
-}
-
 std::string cstr(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
 }  // namespace
@@ -140,7 +113,6 @@ class Starvation {
   std::set<uint32_t> py_seen_;  // tgids looked at for an interpreter
   bool py_recheck_ = false;     // look again (once a second): a process may have exec'd a Python
   std::map<int, std::vector<std::string>> kstacks_;
-  std::unordered_map<uint32_t, std::string> containers_;
   Symbolizer sym_;
   ProcessNames names_;
   StarvationReport pending_;  // collected before a reload, handed out by the next collect
@@ -462,11 +434,8 @@ Starvation::Busiest Starvation::sample_deltas(const Threads& all, StarvationRepo
 
 StarvationRow Starvation::row_of(const Delta& r, const Busiest& busiest) {
   uint32_t pid = r.st.pid, tid = r.st.tid;
-  auto c = containers_.find(pid);
-  if (c == containers_.end()) c = containers_.emplace(pid, container_of(static_cast<pid_t>(pid))).first;
   StarvationRow row{
-      pid,    tid,         cstr(r.st.comm, sizeof r.st.comm), cstr(r.st.thread, sizeof r.st.thread), c->second, r.cpu,
-      r.hits, r.st.idle_ns};
+      pid, tid, cstr(r.st.comm, sizeof r.st.comm), cstr(r.st.thread, sizeof r.st.thread), r.cpu, r.hits, r.st.idle_ns};
   if (!stacks_) return row;
   int uid = r.st.switch_ustack_id, kid = r.st.switch_kstack_id;
   uint64_t py_hash = 0;
@@ -520,7 +489,6 @@ std::vector<std::pair<uint32_t, uint32_t>> Starvation::prune(const std::set<uint
   }
   for (uint32_t pid : gone_pids) {
     sym_.forget(static_cast<pid_t>(pid));
-    containers_.erase(pid);
     std::erase_if(ustacks_, [&](auto& kv) { return std::get<0>(kv.first) == pid; });
     if (py_) py_->forget(static_cast<pid_t>(pid));
     py_seen_.erase(pid);

@@ -26,25 +26,25 @@ struct gs_s_cpu {
 	/* The last process looked up in the bridge's maps, valid for one bridge tick (the maps and
 	 * the latch change only with a tick): switches between threads of one process skip the
 	 * hash lookups. */
-	__u64 seen_update_ns; /* the tick it was looked up in */
+	__u64 seen_update_ns;   /* the tick it was looked up in */
 	__u64 newest_active_ns; /* newest last-active of its devices */
 	__u32 tgid;
-	__u32 holds_gpu;      /* 1: it holds min_gpu_mem_bytes on at least one device */
+	__u32 holds_gpu; /* 1: it holds min_gpu_mem_bytes on at least one device */
 };
 
 /* Per thread (key: host tid), written only from BPF; counters only grow, userspace reports deltas. */
 struct gs_s_thread {
-	__u64 cpu_time_ns;   /* on-CPU time while its GPU(s) had been idle for at least min_idle */
-	__u64 hit_count;     /* slices (switch-outs) and samples that added to cpu_time_ns */
-	__u64 idle_ns;       /* GPU idle time at the latest hit: now - newest last-active of its devices */
-	__u64 last_hit_ns;   /* boot time of the latest hit */
-	__u64 samples;       /* cpu-clock samples taken while starving (each weighs sample_period_ns) */
-	__u32 pid;           /* host tgid */
+	__u64 cpu_time_ns; /* on-CPU time while its GPU(s) had been idle for at least min_idle */
+	__u64 hit_count;   /* slices (switch-outs) and samples that added to cpu_time_ns */
+	__u64 idle_ns; /* GPU idle time at the latest hit: now - newest last-active of its devices */
+	__u64 last_hit_ns; /* boot time of the latest hit */
+	__u64 samples; /* cpu-clock samples taken while starving (each weighs sample_period_ns) */
+	__u32 pid;     /* host tgid */
 	__u32 tid;
-	__s32 switch_ustack_id; /* user stack at the latest starving switch-out; <0: none */
-	__s32 switch_kstack_id; /* kernel stack there */
-	char thread[GS_S_COMM_LEN];  /* the thread's comm */
-	char comm[GS_S_COMM_LEN];    /* the group leader's comm */
+	__s32 switch_ustack_id;     /* user stack at the latest starving switch-out; <0: none */
+	__s32 switch_kstack_id;     /* kernel stack there */
+	char thread[GS_S_COMM_LEN]; /* the thread's comm */
+	char comm[GS_S_COMM_LEN];   /* the group leader's comm */
 };
 
 /* Sampled stacks: key of the per-stack sample counter. */
@@ -57,11 +57,11 @@ struct gs_s_sample_key {
 };
 
 enum gs_s_counter {
-	GS_S_CNT_SAMPLES,      /* cpu-clock samples seen */
-	GS_S_CNT_LATCH_TICKS,  /* bridge ticks folded into the last-active latch */
-	GS_S_CNT_NO_THREAD,    /* thread map full: time not counted */
-	GS_S_CNT_NO_SAMPLE_KEY,/* sample map full: sample not kept */
-	GS_S_CNT_STACK_ERR,    /* stack map full or collided: stack not kept */
+	GS_S_CNT_SAMPLES,       /* cpu-clock samples seen */
+	GS_S_CNT_LATCH_TICKS,   /* bridge ticks folded into the last-active latch */
+	GS_S_CNT_NO_THREAD,     /* thread map full: time not counted */
+	GS_S_CNT_NO_SAMPLE_KEY, /* sample map full: sample not kept */
+	GS_S_CNT_STACK_ERR,     /* stack map full or collided: stack not kept */
 	GS_S_CNT_COUNT
 };
 

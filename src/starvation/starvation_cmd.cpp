@@ -10,6 +10,7 @@
 #include "core/bpf.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/where.h"
 #include "starvation/starvation_cmd.h"
 #include "starvation/starvation_collector.h"
 
@@ -25,14 +26,23 @@ void string_array(JsonLine& j, std::string_view key, const std::vector<std::stri
 
 class StarvationView {
  public:
-  explicit StarvationView(const StarvationOptions& o) : o_(o) {}
+  explicit StarvationView(const StarvationOptions& o)
+      : o_(o),
+        where_(o.collector.scope),
+        table_(where_.table(
+            {{"COMM", -16}, {"PID", 7}, {"TID", 7}, {"CPU_TIME_NS", 14}, {"IDLE_NS", 14}, {"HIT_COUNT", 9}},
+            kWhereAt)) {}
   void show(StarvationReport r);
   const Folded& folded() const { return folded_; }
   uint64_t folded_samples() const { return folded_samples_; }
   uint64_t rows() const { return rows_; }
 
  private:
+  // The container columns go last, as in Inspektor Gadget's tables.
+  static constexpr size_t kWhereAt = 6;
   const StarvationOptions& o_;
+  WhereView where_;
+  Table table_;
   Folded folded_;
   uint64_t folded_samples_ = 0;
   uint64_t rows_ = 0;
@@ -43,16 +53,9 @@ class StarvationView {
 void StarvationView::show(StarvationReport r) {
   for (auto& [k, w] : r.folded) folded_[k] += w;
   folded_samples_ += r.folded_samples;
-  static const Table table({{"COMM", -16},
-                            {"PID", 7},
-                            {"TID", 7},
-                            {"CPU_TIME_NS", 14},
-                            {"IDLE_NS", 14},
-                            {"HIT_COUNT", 9},
-                            {"CONTAINER", 0}});
   auto& buf = out_.buf();
   if (!o_.common.json && !header_done_ && !r.rows.empty()) {
-    table.header(buf);
+    table_.header(buf);
     header_done_ = true;
   }
   for (auto& row : r.rows) {
@@ -60,15 +63,18 @@ void StarvationView::show(StarvationReport r) {
     if (o_.common.json) {
       JsonLine j(buf);
       j.str("type", "starvation").num("pid", row.pid).num("tid", row.tid).str("comm", row.comm);
-      j.str("thread", row.thread).str("container", row.container).num("cpu_time_ns", row.cpu_time_ns);
+      j.str("thread", row.thread);
+      where_.json(j, static_cast<pid_t>(row.pid));
+      j.num("cpu_time_ns", row.cpu_time_ns);
       j.num("idle_ns", row.idle_ns).num("hit_count", row.hit_count);
       string_array(j, "ustack", row.ustack);
       string_array(j, "kstack", row.kstack);
       j.end();
     } else {
-      table.row(buf, {row.comm, std::to_string(row.pid), std::to_string(row.tid), std::to_string(row.cpu_time_ns),
-                      std::to_string(row.idle_ns), std::to_string(row.hit_count),
-                      row.container.empty() ? "-" : row.container});
+      table_.row(
+          buf, where_.row({row.comm, std::to_string(row.pid), std::to_string(row.tid), std::to_string(row.cpu_time_ns),
+                           std::to_string(row.idle_ns), std::to_string(row.hit_count)},
+                          kWhereAt, static_cast<pid_t>(row.pid)));
       for (auto& f : row.ustack) fmt::format_to(std::back_inserter(buf), "    {}\n", f);
       for (auto& f : row.kstack) fmt::format_to(std::back_inserter(buf), "    [k] {}\n", f);
     }

@@ -19,7 +19,7 @@ namespace gpuscope {
 
 struct StarvationRow {
   uint32_t pid = 0, tid = 0;
-  std::string comm, thread, container;
+  std::string comm, thread;
   uint64_t cpu_time_ns = 0;                 // since the last collect
   uint64_t hit_count = 0;                   // since the last collect
   uint64_t idle_ns = 0;                     // GPU idle at the latest hit

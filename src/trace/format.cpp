@@ -63,8 +63,6 @@ void normalize_event(gs_call_event& e) {
     e.args.device = static_cast<int32_t>(v);
 }
 
-static std::string comm_str(const char* c) { return std::string(c, strnlen(c, GS_COMM_LEN)); }
-
 static std::string_view comm_view(const char* c) { return std::string_view(c, strnlen(c, GS_COMM_LEN)); }
 
 static std::string ret_name(const gs_call_event& e) {
@@ -84,6 +82,7 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
   if (ctx.timestamps) j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns);
   j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_view(e.comm)).str("thread", comm_view(e.thread));
   if (ctx.cgroups) j.str("cgroup", ctx.cgroups->path(e.cgroup_id));
+  if (ctx.where) ctx.where->json(j, static_cast<pid_t>(e.pid));
   j.str("layer", layer_name(e.layer)).str("api", api_symbol(e.api));
   j.str("phase", e.phase == GS_PHASE_ENTER ? "enter" : "exit");
   if (e.phase == GS_PHASE_EXIT) {
@@ -119,8 +118,10 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
 
 void format_table_header(const FormatContext& ctx, fmt::memory_buffer& out) {
   if (ctx.timestamps) fmt::format_to(std::back_inserter(out), "{:<15} ", "TIME");
-  fmt::format_to(std::back_inserter(out), "{:<16} {:>7} {:>7} {:<7} {:<28} {:<5} {}\n", "COMM", "PID", "TID", "LAYER",
-                 "API", "PHASE", "DETAILS");
+  fmt::format_to(std::back_inserter(out), "{:<16} {:>7} {:>7} ", "COMM", "PID", "TID");
+  if (ctx.where)
+    for (auto& c : ctx.where->columns()) fmt::format_to(std::back_inserter(out), "{:<{}} ", c.name, -c.width);
+  fmt::format_to(std::back_inserter(out), "{:<7} {:<28} {:<5} {}\n", "LAYER", "API", "PHASE", "DETAILS");
 }
 
 void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out) {
@@ -136,8 +137,15 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
     const struct tm& tm = ctx.tm_cache;
     fmt::format_to(it, "{:02}:{:02}:{:02}.{:06} ", tm.tm_hour, tm.tm_min, tm.tm_sec, (ns % 1000000000) / 1000);
   }
-  fmt::format_to(it, "{:<16} {:>7} {:>7} {:<7} {:<28} {:<5} ", comm_str(e.comm), e.pid, e.tid, layer_name(e.layer),
-                 api_symbol(e.api), e.phase == GS_PHASE_ENTER ? "enter" : "exit");
+  fmt::format_to(it, "{:<16} {:>7} {:>7} ", comm_view(e.comm), e.pid, e.tid);
+  if (ctx.where) {
+    ctx.cells.clear();
+    ctx.where->cells_of(static_cast<pid_t>(e.pid), ctx.cells);
+    auto& cols = ctx.where->columns();
+    for (size_t i = 0; i < ctx.cells.size(); i++) fmt::format_to(it, "{:<{}} ", ctx.cells[i], -cols[i].width);
+  }
+  fmt::format_to(it, "{:<7} {:<28} {:<5} ", layer_name(e.layer), api_symbol(e.api),
+                 e.phase == GS_PHASE_ENTER ? "enter" : "exit");
   const auto& a = e.args;
   const uint32_t f = e.fields;
   if (e.phase == GS_PHASE_EXIT)

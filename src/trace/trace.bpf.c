@@ -8,7 +8,7 @@
 #include "common/arch.bpf.h"
 #include "common/capture.bpf.h"
 #include "common/launch.bpf.h"
-#include "common/comm_filter.bpf.h"
+#include "common/scope_filter.bpf.h"
 #include "common/call_pair.bpf.h"
 #include "common/maps.bpf.h"
 
@@ -79,11 +79,12 @@ static __always_inline void submit(struct gs_call_event *e)
 	 * every record above it would put an IPI on each call while the consumer catches up. */
 	const __u64 rec = sizeof(*e) + 8 /* ring buffer record header */;
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	bpf_ringbuf_submit(e, avail >= wakeup_bytes && avail < wakeup_bytes + rec ? BPF_RB_FORCE_WAKEUP
-										  : BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, avail >= wakeup_bytes && avail < wakeup_bytes + rec
+	                              ? BPF_RB_FORCE_WAKEUP
+	                              : BPF_RB_NO_WAKEUP);
 }
 
-#define ARG(slot) gs_arg_at(&regs, (slot) - 1)
+#define ARG(slot) gs_arg_at(&regs, (slot)-1)
 
 SEC("uprobe")
 int gs_enter(struct pt_regs *ctx)
@@ -98,7 +99,7 @@ int gs_enter(struct pt_regs *ctx)
 	if (api >= GS_API_COUNT)
 		return 0;
 	d = &apis[api];
-	if (!comm_matches())
+	if (!in_scope())
 		return 0;
 	gs_args_load(ctx, &regs);
 
@@ -129,19 +130,32 @@ int gs_enter(struct pt_regs *ctx)
 	/* Which members apply follows from the API row, so userspace derives it: setting
 	 * flag bits here would give the verifier one state per combination. */
 	a = &e->args;
-	if (d->size) a->size_bytes = ARG(d->size);
-	if (d->ptr) a->ptr = ARG(d->ptr);
-	if (d->dst) a->dst = ARG(d->dst);
-	if (d->src) a->src = ARG(d->src);
-	if (d->kind) a->kind = ARG(d->kind);
-	if (d->kind_fixed) a->kind = d->kind_fixed - 1;
-	if (d->stream) a->stream = ARG(d->stream);
-	if (d->event) a->event = ARG(d->event);
-	if (d->graph) a->graph = ARG(d->graph);
-	if (d->handle) a->handle = ARG(d->handle);
-	if (d->device) a->device = ARG(d->device);
-	if (d->func) a->func = ARG(d->func);
-	if (d->ctx) a->ctx = ARG(d->ctx);
+	if (d->size)
+		a->size_bytes = ARG(d->size);
+	if (d->ptr)
+		a->ptr = ARG(d->ptr);
+	if (d->dst)
+		a->dst = ARG(d->dst);
+	if (d->src)
+		a->src = ARG(d->src);
+	if (d->kind)
+		a->kind = ARG(d->kind);
+	if (d->kind_fixed)
+		a->kind = d->kind_fixed - 1;
+	if (d->stream)
+		a->stream = ARG(d->stream);
+	if (d->event)
+		a->event = ARG(d->event);
+	if (d->graph)
+		a->graph = ARG(d->graph);
+	if (d->handle)
+		a->handle = ARG(d->handle);
+	if (d->device)
+		a->device = ARG(d->device);
+	if (d->func)
+		a->func = ARG(d->func);
+	if (d->ctx)
+		a->ctx = ARG(d->ctx);
 	if (d->special >= GS_SP_RT_LAUNCH && d->special <= GS_SP_CU_LAUNCH_EX) {
 		gs_launch_decode(&regs, d->special, e);
 		if (gs_is_captured(e->pid, a->stream))

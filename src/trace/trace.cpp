@@ -15,7 +15,7 @@ TraceCollector::TraceCollector(UprobeSession& session, Config cfg, Sink sink)
     auto* ro = skel->rodata;
     ro->emit_exit = cfg_.exits;
     ro->emit_enter = true;
-    apply_scope(ro, cfg_.scope);
+    apply_scope(skel, cfg_.scope);
     ro->wakeup_bytes = std::min<uint64_t>(64 * 1024, cfg_.ringbuf_kb * 1024u / 4);
     if (bpf_map__set_max_entries(skel->maps.events, cfg_.ringbuf_kb * 1024u) != 0)
       throw UsageError("--ringbuf-kb: cannot size the ring buffer to " + std::to_string(cfg_.ringbuf_kb) + " KiB");

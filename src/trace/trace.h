@@ -16,6 +16,7 @@
 #include "core/event_loop.h"
 #include "core/system.h"
 #include "core/uprobe_session.h"
+#include "core/where.h"
 
 struct trace_bpf;
 
@@ -63,6 +64,8 @@ struct FormatContext {
   int64_t realtime_offset_ns = 0;
   bool timestamps = true;
   CgroupNames* cgroups = nullptr;
+  WhereView* where = nullptr;  // the container columns and fields
+  std::vector<std::string> cells;
   // The kernel (or host function) a launch's handle names; empty while unknown.
   std::function<std::string(uint32_t pid, uint64_t handle, bool host_function)> kernel_name;
   time_t tm_secs = -1;

@@ -53,7 +53,7 @@ GS_UVM_HOOK(gs_uvm_replayable, gs_uvm_replayable_fentry, bump(GS_UVM_REPLAYABLE)
 GS_UVM_HOOK(gs_uvm_non_replayable, gs_uvm_non_replayable_fentry, bump(GS_UVM_NON_REPLAYABLE))
 /* uvm_tools_record_thrashing(uvm_va_space_t *va_space, NvU64 address, size_t region_size, ...) */
 GS_UVM_HOOK(gs_uvm_thrashing, gs_uvm_thrashing_fentry, thrash(address), void *va_space,
-	    __u64 address)
+            __u64 address)
 
 /* Loaded on its own to learn whether this kernel lets fentry programs load at all. */
 SEC("fentry/do_nanosleep")

@@ -6,35 +6,35 @@
 #include "bridge_ig_types.h"
 
 struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct gpu_meta);
-  __uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gpu_meta);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } gpu_meta SEC(".maps");
 
 struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, 16);
-  __type(key, __u32);
-  __type(value, struct gpu_device_metrics);
-  __uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct gpu_device_metrics);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } gpu_device SEC(".maps");
 
 struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 4096);
-  __type(key, __u32);
-  __type(value, struct gpu_pid_metrics_aggregated);
-  __uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct gpu_pid_metrics_aggregated);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } gpu_per_pid SEC(".maps");
 
 struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 4096);
-  __type(key, __u64);
-  __type(value, struct gpu_pid_metrics);
-  __uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct gpu_pid_metrics);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } gpu_per_pid_per_device SEC(".maps");
 
 #define N 4
@@ -48,21 +48,28 @@ struct gpu_pid_metrics pid_dev_seen[N];
 __u32 found; // bit i: pid_seen[i]; bit 8 + i: pid_dev_seen[i]
 
 SEC("raw_tp/sys_enter")
-int read_bridge(void* ctx) {
-  __u32 k = 0;
-  struct gpu_meta* m = bpf_map_lookup_elem(&gpu_meta, &k);
-  if (m) meta_seen = *m;
-  for (__u32 d = 0; d < 2; d++) {
-    struct gpu_device_metrics* v = bpf_map_lookup_elem(&gpu_device, &d);
-    if (v) device_seen[d] = *v;
-  }
-  for (int i = 0; i < N; i++) {
-    struct gpu_pid_metrics_aggregated* a = bpf_map_lookup_elem(&gpu_per_pid, &want_pid[i]);
-    if (a) pid_seen[i] = *a, found |= 1u << i;
-    struct gpu_pid_metrics* p = bpf_map_lookup_elem(&gpu_per_pid_per_device, &want_pid_dev[i]);
-    if (p) pid_dev_seen[i] = *p, found |= 1u << (8 + i);
-  }
-  return 0;
+int read_bridge(void *ctx)
+{
+	__u32 k = 0;
+	struct gpu_meta *m = bpf_map_lookup_elem(&gpu_meta, &k);
+	if (m)
+		meta_seen = *m;
+	for (__u32 d = 0; d < 2; d++) {
+		struct gpu_device_metrics *v = bpf_map_lookup_elem(&gpu_device, &d);
+		if (v)
+			device_seen[d] = *v;
+	}
+	for (int i = 0; i < N; i++) {
+		struct gpu_pid_metrics_aggregated *a =
+		        bpf_map_lookup_elem(&gpu_per_pid, &want_pid[i]);
+		if (a)
+			pid_seen[i] = *a, found |= 1u << i;
+		struct gpu_pid_metrics *p =
+		        bpf_map_lookup_elem(&gpu_per_pid_per_device, &want_pid_dev[i]);
+		if (p)
+			pid_dev_seen[i] = *p, found |= 1u << (8 + i);
+	}
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";

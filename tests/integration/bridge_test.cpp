@@ -498,7 +498,8 @@ TEST(BridgeBadInput, OneLineExitTwoNothingPinned) {
       {bridge_argv(d, {"--poll-interval-ms", "0"}), &f, "--poll-interval-ms"},
       {{gpuscope_bin(), "bridge", "--nvml", "/bin/true", "--pin-dir", d.path}, &f, "NVML not available"},
       {{gpuscope_bin(), "bridge", "--nvml", not_elf, "--pin-dir", d.path}, &f, "NVML not available"},
-      {{gpuscope_bin(), "bridge", "--nvml", "/nonexistent/libnvidia-ml.so.1", "--pin-dir", d.path}, &f,
+      {{gpuscope_bin(), "bridge", "--nvml", "/nonexistent/libnvidia-ml.so.1", "--pin-dir", d.path},
+       &f,
        "NVML not available"},
       {bridge_argv(d), &failing, "nvmlInit_v2 failed"},
       {{gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", "/tmp"}, &f, "not a directory on bpffs"},
@@ -528,9 +529,9 @@ struct PUtil {
   uint32_t sm, mem, enc, dec;
 };
 const PUtil kSamples[] = {
-    {1234, 0, 20, 5, 1, 0}, {777, 0, 12, 8, 0, 0}, {1234, 0, 60, 3, 0, 2}, {1234, 1, 75, 1, 0, 0},
-    {555, 0, 90, 90, 0, 0}, {1234, 0, 40, 9, 0, 0}, {0, 1, 100, 100, 0, 0}, {777, 0, 33, 4, 0, 0},
-    {1234, 1, 10, 30, 0, 7},
+    {1234, 0, 20, 5, 1, 0}, {777, 0, 12, 8, 0, 0},  {1234, 0, 60, 3, 0, 2},
+    {1234, 1, 75, 1, 0, 0}, {555, 0, 90, 90, 0, 0}, {1234, 0, 40, 9, 0, 0},
+    {0, 1, 100, 100, 0, 0}, {777, 0, 33, 4, 0, 0},  {1234, 1, 10, 30, 0, 7},
 };
 const PUtil kMaxima[] = {{1234, 0, 60, 9, 1, 2}, {1234, 1, 75, 30, 0, 7}, {777, 0, 33, 8, 0, 0}, {4321, 1, 0, 0, 0, 0}};
 struct AggWant {
@@ -670,10 +671,11 @@ TEST(BridgeProcessUtilization, PinnedValuesAreThisTicksMaximaAndTheAggregateIsTh
       EXPECT_EQ(e["formatted"]["value"]["used_gpu_memory_total"], 3145728);
       EXPECT_EQ(e["formatted"]["value"]["gpu_device_primary"], 255);
     }
-  const std::pair<const char*, const char*> types[] = {{GPU_PIN_META, "STRUCT 'gpu_meta' size=32 vlen=6"},
-                                                       {GPU_PIN_DEVICE, "STRUCT 'gpu_device_metrics' size=128 vlen=21"},
-                                                       {GPU_PIN_PER_PID, "STRUCT 'gpu_pid_metrics_aggregated' size=32"},
-                                                       {GPU_PIN_PER_PID_PER_DEVICE, "STRUCT 'gpu_pid_metrics' size=40"}};
+  const std::pair<const char*, const char*> types[] = {
+      {GPU_PIN_META, "STRUCT 'gpu_meta' size=32 vlen=6"},
+      {GPU_PIN_DEVICE, "STRUCT 'gpu_device_metrics' size=128 vlen=21"},
+      {GPU_PIN_PER_PID, "STRUCT 'gpu_pid_metrics_aggregated' size=32"},
+      {GPU_PIN_PER_PID_PER_DEVICE, "STRUCT 'gpu_pid_metrics' size=40"}};
   for (auto& [pin, want] : types) {
     auto btf = run({BPFTOOL, "btf", "dump", "map", "pinned", d.pin(pin), "value"});
     EXPECT_NE(btf.out.find(want), std::string::npos) << pin << ": " << btf.out << btf.err;
@@ -688,8 +690,8 @@ TEST(BridgeProcessUtilization, NotSupportedDeviceIsNotAskedAgainAndSaysSoOnce) {
   Bridge b(d, f, {"--json", "-v"});
   wait_ticks(d, 2);
   // Device 1 would answer now; it is not asked again.
-  f.write(kTwoDevices + fmt::format("putil 1 1234 {} 80 80 0 0\nputil 1 4321 {} 70 70 0 0\n", soon_us + 500'000,
-                                    soon_us + 500'000));
+  f.write(kTwoDevices +
+          fmt::format("putil 1 1234 {} 80 80 0 0\nputil 1 4321 {} 70 70 0 0\n", soon_us + 500'000, soon_us + 500'000));
   wait_ticks(d, 3);
   b.p.signal(SIGINT);
   ASSERT_EQ(b.p.wait(10), 0) << b.p.err();
@@ -747,16 +749,27 @@ TEST(BridgeProcessUtilization, InspektorGadgetConsumerReadsOurPins) {
   for (auto& j : seen["gpu_device"]) {
     gpu_device_metrics dm{};
     ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), j["device"].get<uint32_t>(), &dm));
-    const std::pair<const char*, uint64_t> fields[] = {
-        {"timestamp_ns", dm.timestamp_ns}, {"sm_util_pct", dm.sm_util_pct}, {"mem_util_pct", dm.mem_util_pct},
-        {"mem_total", dm.mem_total_bytes}, {"mem_used", dm.mem_used_bytes}, {"mem_reserved", dm.mem_reserved_bytes},
-        {"temp_c", dm.temp_c}, {"power_mw", dm.power_mw}, {"sm_clock_mhz", dm.sm_clock_mhz},
-        {"mem_clock_mhz", dm.mem_clock_mhz}, {"throttle_reasons", dm.throttle_reasons},
-        {"pcie_tx_kbps", dm.pcie_tx_kbps}, {"pcie_rx_kbps", dm.pcie_rx_kbps}, {"enc_util_pct", dm.enc_util_pct},
-        {"dec_util_pct", dm.dec_util_pct}, {"nvlink_tx_kbps", dm.nvlink_tx_kbps},
-        {"nvlink_rx_kbps", dm.nvlink_rx_kbps}, {"ecc_corrected_total", dm.ecc_corrected_total},
-        {"ecc_uncorrected_total", dm.ecc_uncorrected_total}, {"fan_speed_pct", dm.fan_speed_pct},
-        {"compute_mode", dm.compute_mode}};
+    const std::pair<const char*, uint64_t> fields[] = {{"timestamp_ns", dm.timestamp_ns},
+                                                       {"sm_util_pct", dm.sm_util_pct},
+                                                       {"mem_util_pct", dm.mem_util_pct},
+                                                       {"mem_total", dm.mem_total_bytes},
+                                                       {"mem_used", dm.mem_used_bytes},
+                                                       {"mem_reserved", dm.mem_reserved_bytes},
+                                                       {"temp_c", dm.temp_c},
+                                                       {"power_mw", dm.power_mw},
+                                                       {"sm_clock_mhz", dm.sm_clock_mhz},
+                                                       {"mem_clock_mhz", dm.mem_clock_mhz},
+                                                       {"throttle_reasons", dm.throttle_reasons},
+                                                       {"pcie_tx_kbps", dm.pcie_tx_kbps},
+                                                       {"pcie_rx_kbps", dm.pcie_rx_kbps},
+                                                       {"enc_util_pct", dm.enc_util_pct},
+                                                       {"dec_util_pct", dm.dec_util_pct},
+                                                       {"nvlink_tx_kbps", dm.nvlink_tx_kbps},
+                                                       {"nvlink_rx_kbps", dm.nvlink_rx_kbps},
+                                                       {"ecc_corrected_total", dm.ecc_corrected_total},
+                                                       {"ecc_uncorrected_total", dm.ecc_uncorrected_total},
+                                                       {"fan_speed_pct", dm.fan_speed_pct},
+                                                       {"compute_mode", dm.compute_mode}};
     for (auto& [name, v] : fields) EXPECT_EQ(j[name].get<uint64_t>(), v) << j["device"] << " " << name;
   }
   EXPECT_EQ(seen["gpu_device"][0]["mem_total"], 85899345920ull);
@@ -812,7 +825,8 @@ TEST(BridgeBadInput, PinDirEmptyReadOnlyOrNotADirectory) {
   uint32_t root_meta = map_id("/sys/fs/bpf/" GPU_PIN_META);
   expect_refused({gpuscope_bin(), "bridge", "--nvml", NVML_STANDIN, "--pin-dir", ""},
                  "gpuscope: --pin-dir is empty; name a directory on bpffs\n");
-  expect_refused({gpuscope_bin(), "starvation", "--pin-dir", ""}, "gpuscope: --pin-dir is empty; name a directory on bpffs\n");
+  expect_refused({gpuscope_bin(), "starvation", "--pin-dir", ""},
+                 "gpuscope: --pin-dir is empty; name a directory on bpffs\n");
   EXPECT_EQ(map_id("/sys/fs/bpf/" GPU_PIN_META), root_meta);
 
   std::string ro = tmp_dir("robpf");

@@ -92,8 +92,8 @@ TEST(CoreSymbols, SamePathDifferentLibrariesInTwoMountNamespaces) {
   const std::string app = std::string(KERNELS_FIXTURE_DIR) + "/shared/kernels_app";
   Running kernels({gpuscope_bin(), "kernels", "--json", "--interval", "0.2"}, "gpuscope: counting");
   auto start = [&](const std::string& lib) {
-    std::string script = "mount -t tmpfs none " + dir + " && cp " + lib + " " + dir + "/libbeta.so && LD_LIBRARY_PATH=" +
-                         dir + " exec " + app + " wait";
+    std::string script = "mount -t tmpfs none " + dir + " && cp " + lib + " " + dir +
+                         "/libbeta.so && LD_LIBRARY_PATH=" + dir + " exec " + app + " wait";
     return std::make_unique<Process>(
         std::vector<std::string>{"unshare", "-m", "--propagation", "private", "sh", "-c", script});
   };

@@ -37,11 +37,13 @@ struct DpWorkload : Workload {
   DpWorkload() : Workload("deploy", "dpwl") {}
 };
 
-double anomalies(const std::string& m, const char* rule) { return value_of(m, "gpuscope_anomalies_total", {{"rule", rule}}); }
+double anomalies(const std::string& m, const char* rule) {
+  return value_of(m, "gpuscope_anomalies_total", {{"rule", rule}});
+}
 
 // The governor off: memory_growth counts refreshes, which it would slow down on a busy machine.
 const std::vector<std::string> kAnomalyFlags = {"--alloc-alert-bytes", "5000", "--growth-intervals", "4",
-                                                "--error-burst-rate", "100", "--max-cpu-percent", "0"};
+                                                "--error-burst-rate",  "100",  "--max-cpu-percent",  "0"};
 
 }  // namespace
 
@@ -249,15 +251,15 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
                                                {"namespace", "inference"},
                                                {"pod", "server-7f9c"},
                                                {"container", "triton"}};
-    std::string m = a.until([&](const std::string& t) {
-      return value_of(t, "gpuscope_memory_outstanding_bytes", want) == 6777;
-    });
+    std::string m =
+        a.until([&](const std::string& t) { return value_of(t, "gpuscope_memory_outstanding_bytes", want) == 6777; });
     EXPECT_NE(m, "") << a.metrics();
     live.signal(SIGUSR1);
     EXPECT_EQ(live.wait(20), 0);
     EXPECT_EQ(a.stop(), 0);
   }
-  for (auto it = cgs.rbegin(); it != cgs.rend(); ++it) EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
+  for (auto it = cgs.rbegin(); it != cgs.rend(); ++it)
+    EXPECT_EQ(rmdir(it->c_str()), 0) << *it << ": " << strerror(errno);
 }
 
 namespace {
@@ -269,7 +271,8 @@ double comm_launches(const std::string& metrics, const Workload& w) {
 // Ten short-lived workload processes at once, each launching and exiting.
 void launch_batch(const Workload& w) {
   std::vector<std::unique_ptr<Process>> batch;
-  for (int j = 0; j < 10; j++) batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
+  for (int j = 0; j < 10; j++)
+    batch.push_back(std::make_unique<Process>(std::vector<std::string>{w.path(), "driver", "0"}));
   for (auto& p : batch) EXPECT_EQ(p->wait(30), 0) << p->err();
 }
 }  // namespace
@@ -278,13 +281,13 @@ void launch_batch(const Workload& w) {
 // --max-cpu-percent (2.5 times its idle cost, checked to be under its storm cost): it steps down
 // (stack sampling first: the starvation collector runs on an empty pin dir), then holds every
 // window after its last step down within the limit while the storm goes on, steps back up after
-// it, and has counted every launch once. One process's launches alone would not do it: they are counted in BPF and cost the
-// agent nothing (docs/deploy.md).
+// it, and has counted every launch once. One process's launches alone would not do it: they are counted in BPF and cost
+// the agent nothing (docs/deploy.md).
 TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   DpWorkload w;
   PinDir d;
-  const std::vector<std::string> base = {"--interval", "0.05", "--bridge-pin-dir", d.path, "--nvml",
-                                         w.dir() + "/no-libnvidia-ml.so.1"};
+  const std::vector<std::string> base = {"--interval", "0.05",   "--bridge-pin-dir",
+                                         d.path,       "--nvml", w.dir() + "/no-libnvidia-ml.so.1"};
   auto flags = [&](const std::string& limit) {
     auto f = base;
     f.insert(f.end(), {"--max-cpu-percent", limit});

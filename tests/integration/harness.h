@@ -79,7 +79,8 @@ std::string bpf_state();
 std::string settled(const std::function<std::string()>& read);
 // Keys of every BPF hash map `holder` holds (found through /proc/PID/fdinfo), by map name, read
 // as the u32 every per-process key of gpuscope begins with: its pid.
-std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder);  // bpftool prog + link listing and /sys/fs/bpf contents
+std::map<std::string, std::vector<uint32_t>> pids_in_maps(
+    pid_t holder);  // bpftool prog + link listing and /sys/fs/bpf contents
 
 struct Reply {
   int status = 0;

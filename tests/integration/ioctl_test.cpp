@@ -130,7 +130,8 @@ TEST(Ioctl, CountsNvidiaNodeOnly) {
 TEST(Ioctl, RawTracepointFallback) {
   Node n;
   std::string err;
-  auto lines = around({"--raw-syscalls"}, [&] { nv_calls(n, 3), other_calls(); }, &err);
+  auto lines = around(
+      {"--raw-syscalls"}, [&] { nv_calls(n, 3), other_calls(); }, &err);
   EXPECT_NE(err.find("via raw_tp sys_enter/sys_exit"), std::string::npos) << err;
   check(lines, 3);
 }

@@ -66,10 +66,14 @@ TEST(Latency, BusyWaitsLandInTheirBuckets) {
   uint64_t below = 0, fast = 0, mid = 0, slow_bucket = 0, slow = 0;
   for (auto& b : l["buckets"]) {
     uint64_t le = b["le_ns"], n = b["count"];
-    if (le < 65535) below += n;
-    else if (le == 65535) fast += n;
-    else if (le < 2097151) mid += n;
-    else slow += n, slow_bucket += le == 2097151 ? n : 0;
+    if (le < 65535)
+      below += n;
+    else if (le == 65535)
+      fast += n;
+    else if (le < 2097151)
+      mid += n;
+    else
+      slow += n, slow_bucket += le == 2097151 ? n : 0;
   }
   EXPECT_EQ(below, 0u);
   EXPECT_GE(fast, 16u) << l["buckets"].dump();
@@ -111,8 +115,8 @@ TEST(Latency, ReturnCodesAndTextOutput) {
 
 TEST(Latency, RealCudartWithoutGpu) {
   pid_t pid;
-  auto lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaMalloc,cudaFree"},
-                                          {calls_shared(), "4", "3"}, &pid));
+  auto lines = parse_lines(
+      latency_around({"--json", "--per-process", "--api", "cudaMalloc,cudaFree"}, {calls_shared(), "4", "3"}, &pid));
   auto e = of(lines, "errors", pid, "cudaMalloc");
   ASSERT_EQ(e.size(), 1u) << lines.size();
   EXPECT_EQ(e[0]["ret_name"], "cudaErrorInsufficientDriver");
@@ -139,9 +143,9 @@ TEST(Latency, BadInputOneLineExit2) {
 
 TEST(Latency, IntervalsPrintDeltas) {
   pid_t pid;
-  auto lines = parse_lines(latency_around(
-      {"--json", "--per-process", "--interval", "0.2", "--api", "cuMemAlloc_v2", "--lib", standin_drv()},
-      {standin_app(), "--delay-ms", "300", "latency", "6", "0"}, &pid));
+  auto lines = parse_lines(
+      latency_around({"--json", "--per-process", "--interval", "0.2", "--api", "cuMemAlloc_v2", "--lib", standin_drv()},
+                     {standin_app(), "--delay-ms", "300", "latency", "6", "0"}, &pid));
   uint64_t total = 0, reports = 0, errors = 0;
   for (auto& l : of(lines, "latency", pid, "cuMemAlloc_v2")) total += l["count"].get<uint64_t>(), reports++;
   for (auto& l : of(lines, "errors", pid, "cuMemAlloc_v2")) errors += l["count"].get<uint64_t>();
@@ -155,8 +159,17 @@ TEST(Latency, IntervalsPrintDeltas) {
 TEST(Latency, LaunchSampleAndProbeCounts) {
   pid_t pid;
   std::string err;
-  const std::vector<std::string> args = {"--json", "--per-process", "--api", "cudaLaunchKernel,cuLaunchKernel,cudaMalloc",
-                                         "--sample-launches", "4", "-c", "standin_app", "--lib", standin_drv(), "--lib",
+  const std::vector<std::string> args = {"--json",
+                                         "--per-process",
+                                         "--api",
+                                         "cudaLaunchKernel,cuLaunchKernel,cudaMalloc",
+                                         "--sample-launches",
+                                         "4",
+                                         "-c",
+                                         "standin_app",
+                                         "--lib",
+                                         standin_drv(),
+                                         "--lib",
                                          standin_lib_dir() + "/libcudart.so.13"};
   auto lines = parse_lines(latency_around(args, {standin_app(), "calls", "2", "200"}, &pid, {}, &err));
   EXPECT_NE(err.find("uprobe sessions, 1 launch in 4 timed"), std::string::npos) << err;
@@ -191,9 +204,10 @@ TEST(Latency, EntryAndReturnProbesWithoutSessions) {
   pid_t pid;
   std::string err;
   const std::string rt = standin_lib_dir() + "/libcudart.so.13";
-  auto lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "--sample-launches",
-                                           "4", "-c", "standin_app", "--lib", rt},
-                                          {standin_app(), "calls", "0", "12"}, &pid, {"GPUSCOPE_UPROBE_SESSION=0"}, &err));
+  auto lines =
+      parse_lines(latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "--sample-launches", "4",
+                                  "-c", "standin_app", "--lib", rt},
+                                 {standin_app(), "calls", "0", "12"}, &pid, {"GPUSCOPE_UPROBE_SESSION=0"}, &err));
   EXPECT_NE(err.find("(entry and return probes)"), std::string::npos) << err;
   json p = probes_of(lines, "cudaLaunchKernel");
   EXPECT_EQ(p["entries"], 12) << p.dump();
@@ -203,9 +217,9 @@ TEST(Latency, EntryAndReturnProbesWithoutSessions) {
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0]["count"], 12);
 
-  lines = parse_lines(latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "-c", "nosuchcomm",
-                                      "--lib", rt},
-                                     {standin_app(), "calls", "0", "7"}, &pid));
+  lines = parse_lines(
+      latency_around({"--json", "--per-process", "--api", "cudaLaunchKernel", "-c", "nosuchcomm", "--lib", rt},
+                     {standin_app(), "calls", "0", "7"}, &pid));
   p = probes_of(lines, "cudaLaunchKernel");
   EXPECT_EQ(p["entries"], 7) << p.dump();
   EXPECT_EQ(p["filtered"], 7) << p.dump();

@@ -33,7 +33,8 @@ class Memleak {
  public:
   explicit Memleak(std::vector<std::string> extra = {}, bool standin = true) {
     std::vector<std::string> argv{gpuscope_bin(), "memleak", "--json"};
-    if (standin) argv.insert(argv.end(), {"--lib", standin_lib("libcudart.so.13"), "--lib", standin_lib("libcuda.so.1")});
+    if (standin)
+      argv.insert(argv.end(), {"--lib", standin_lib("libcudart.so.13"), "--lib", standin_lib("libcuda.so.1")});
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv);
     if (!p_->wait_for("gpuscope: tracking", 30, true)) ADD_FAILURE() << "did not start: " << p_->err();
@@ -127,9 +128,16 @@ TEST(Memleak, LeakReport) {
   ASSERT_FALSE(s.is_null()) << g.proc().out();
   EXPECT_EQ(s["comm"], "standin_app");
   // 9 allocating calls: a runtime call that reaches the driver is one allocation.
-  expect_counts(s, {{"allocs_ok", 9}, {"allocs_failed", 0}, {"frees_ok", 4}, {"frees_failed", 0},
-                    {"bad_frees", 1}, {"double_frees", 1}, {"frees_untracked", 0}, {"outstanding_allocs", 6},
-                    {"outstanding_bytes", 1000 + 3000 + 5000 + 600 + 800 + 2097152}, {"pinned_bytes", 0}});
+  expect_counts(s, {{"allocs_ok", 9},
+                    {"allocs_failed", 0},
+                    {"frees_ok", 4},
+                    {"frees_failed", 0},
+                    {"bad_frees", 1},
+                    {"double_frees", 1},
+                    {"frees_untracked", 0},
+                    {"outstanding_allocs", 6},
+                    {"outstanding_bytes", 1000 + 3000 + 5000 + 600 + 800 + 2097152},
+                    {"pinned_bytes", 0}});
 
   auto leaks = final_leaks(lines, pid);
   ASSERT_EQ(leaks.size(), 6u) << g.proc().out();
@@ -181,9 +189,15 @@ TEST(Memleak, EveryApi) {
   auto& [pid, err, lines] = e;
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
-  expect_counts(s, {{"allocs_ok", 11}, {"allocs_failed", 1}, {"frees_ok", 7}, {"frees_failed", 1},
-                    {"bad_frees", 0}, {"outstanding_allocs", 2}, {"outstanding_bytes", 1111 + 5120},
-                    {"pinned_allocs", 2}, {"pinned_bytes", 3333 + 7777}});
+  expect_counts(s, {{"allocs_ok", 11},
+                    {"allocs_failed", 1},
+                    {"frees_ok", 7},
+                    {"frees_failed", 1},
+                    {"bad_frees", 0},
+                    {"outstanding_allocs", 2},
+                    {"outstanding_bytes", 1111 + 5120},
+                    {"pinned_allocs", 2},
+                    {"pinned_bytes", 3333 + 7777}});
   EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorMemoryAllocation", 1}})) << s.dump();
   EXPECT_EQ(s["free_errors"], json({{"cudaErrorInvalidValue", 1}})) << s.dump();
 
@@ -286,8 +300,12 @@ TEST(Memleak, AttachAfterStart) {
   EXPECT_TRUE(Memleak::of(lines, 0, "bad_free").empty()) << g.proc().out();
   json s = final_summary(lines, pa);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
-  expect_counts(s, {{"frees_untracked", 4}, {"bad_frees", 0}, {"allocs_ok", 1}, {"frees_ok", 1},
-                    {"outstanding_allocs", 0}, {"outstanding_bytes", 0}});
+  expect_counts(s, {{"frees_untracked", 4},
+                    {"bad_frees", 0},
+                    {"allocs_ok", 1},
+                    {"frees_ok", 1},
+                    {"outstanding_allocs", 0},
+                    {"outstanding_bytes", 0}});
   EXPECT_TRUE(final_leaks(lines, pa).empty());
   for (auto& l : lines) EXPECT_NE(l.value("pid", -1), pb) << "-p " << pa << ": " << l.dump();
 }
@@ -325,7 +343,6 @@ TEST(Memleak, MinAge) {
   expect_counts(s, {{"allocs_ok", 4}, {"frees_ok", 4}, {"outstanding_allocs", 0}, {"bad_frees", 0}});
 }
 
-
 // 200 short-lived processes allocate and exit. Each gets its final rows, and the BPF maps
 // then hold nothing of any of them.
 TEST(Memleak, Churn) {
@@ -333,7 +350,8 @@ TEST(Memleak, Churn) {
   std::set<pid_t> pids;
   for (int batch = 0; batch < 10; batch++) {
     std::vector<std::unique_ptr<Process>> ps;
-    for (int i = 0; i < 20; i++) ps.push_back(std::make_unique<Process>(std::vector<std::string>{standin_app(), "churn"}));
+    for (int i = 0; i < 20; i++)
+      ps.push_back(std::make_unique<Process>(std::vector<std::string>{standin_app(), "churn"}));
     for (auto& p : ps) {
       pids.insert(ready_pid(*p));
       ASSERT_EQ(p->wait(20), 0) << p->err();
@@ -361,8 +379,13 @@ TEST(Memleak, Churn) {
   lines = g.stop();
   for (pid_t p : pids) {
     json s = final_summary(lines, p);
-    expect_counts(s, {{"allocs_ok", 2}, {"allocs_failed", 1}, {"frees_ok", 1}, {"bad_frees", 1},
-                      {"double_frees", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
+    expect_counts(s, {{"allocs_ok", 2},
+                      {"allocs_failed", 1},
+                      {"frees_ok", 1},
+                      {"bad_frees", 1},
+                      {"double_frees", 1},
+                      {"outstanding_allocs", 1},
+                      {"outstanding_bytes", 4096}});
     EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorMemoryAllocation", 1}}));
     auto leaks = final_leaks(lines, p);
     ASSERT_EQ(leaks.size(), 1u) << p;
@@ -391,7 +414,8 @@ TEST(Memleak, ExecResets) {
   EXPECT_EQ(sums[0]["state"], "exec");
   expect_counts(sums[0], {{"allocs_ok", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 1234}});
   EXPECT_EQ(sums[1]["state"], "exited");
-  expect_counts(sums[1], {{"allocs_ok", 2}, {"allocs_failed", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
+  expect_counts(sums[1],
+                {{"allocs_ok", 2}, {"allocs_failed", 1}, {"outstanding_allocs", 1}, {"outstanding_bytes", 4096}});
   std::map<std::string, std::vector<uint64_t>> leaks;
   for (auto& l : Memleak::of(lines, pid, "leak")) leaks[l["state"]].push_back(l["size"].get<uint64_t>());
   EXPECT_EQ(leaks["exec"], std::vector<uint64_t>{1234});
@@ -418,8 +442,8 @@ TEST(Memleak, RealRuntimeFailures) {
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
   EXPECT_EQ(s["comm"], "calls_shared");
-  expect_counts(s, {{"allocs_ok", 0}, {"allocs_failed", 3}, {"frees_ok", 0}, {"frees_failed", 3},
-                    {"outstanding_allocs", 0}});
+  expect_counts(
+      s, {{"allocs_ok", 0}, {"allocs_failed", 3}, {"frees_ok", 0}, {"frees_failed", 3}, {"outstanding_allocs", 0}});
   EXPECT_EQ(s["alloc_errors"], json({{"cudaErrorInsufficientDriver", 3}})) << s.dump();
   EXPECT_EQ(s["free_errors"], json({{"cudaErrorInsufficientDriver", 3}})) << s.dump();
   auto bad = Memleak::of(lines, pid, "bad_free");
@@ -480,8 +504,13 @@ TEST(Memleak, ContextsEndTheirAllocations) {
 
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
-  expect_counts(s, {{"allocs_ok", 8}, {"frees_ok", 1}, {"bad_frees", 0}, {"outstanding_allocs", 4},
-                    {"outstanding_bytes", 1000 + 5000 + 7000 + 8000}, {"pinned_allocs", 0}, {"pinned_bytes", 0}});
+  expect_counts(s, {{"allocs_ok", 8},
+                    {"frees_ok", 1},
+                    {"bad_frees", 0},
+                    {"outstanding_allocs", 4},
+                    {"outstanding_bytes", 1000 + 5000 + 7000 + 8000},
+                    {"pinned_allocs", 0},
+                    {"pinned_bytes", 0}});
   EXPECT_EQ(s["devices"], json::parse(R"([{"device":0,"outstanding_bytes":13000,"outstanding_allocs":3},
                                           {"device":1,"outstanding_bytes":8000,"outstanding_allocs":1}])"))
       << s.dump();
@@ -517,8 +546,13 @@ TEST(Memleak, DeviceResetIsNotALeak) {
   EXPECT_TRUE(final_leaks(lines, pid).empty()) << g.proc().out();
   json s = final_summary(lines, pid);
   ASSERT_FALSE(s.is_null()) << g.proc().out();
-  expect_counts(s, {{"allocs_ok", 4}, {"frees_ok", 2}, {"bad_frees", 0}, {"frees_untracked", 0},
-                    {"outstanding_allocs", 0}, {"outstanding_bytes", 0}, {"pinned_allocs", 0}});
+  expect_counts(s, {{"allocs_ok", 4},
+                    {"frees_ok", 2},
+                    {"bad_frees", 0},
+                    {"frees_untracked", 0},
+                    {"outstanding_allocs", 0},
+                    {"outstanding_bytes", 0},
+                    {"pinned_allocs", 0}});
   EXPECT_EQ(s["devices"], json::array());
 }
 
@@ -537,9 +571,13 @@ TEST(Memleak, RealRuntimeDeviceReset) {
 }
 
 TEST(Memleak, BadInput) {
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"--interval", "0"}, {"--min-age", "-1"}, {"-p", "999999999"},
-        {"--lib", "/etc/passwd"}, {"--lib", "/nonexistent/libcudart.so"}, {"--lib", "/bin/true"}, {"--bogus"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--interval", "0"},
+                                        {"--min-age", "-1"},
+                                        {"-p", "999999999"},
+                                        {"--lib", "/etc/passwd"},
+                                        {"--lib", "/nonexistent/libcudart.so"},
+                                        {"--lib", "/bin/true"},
+                                        {"--bogus"}}) {
     expect_usage_error("memleak", args);
   }
   std::string state = bpf_state();

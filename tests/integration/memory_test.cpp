@@ -154,9 +154,9 @@ class MemAgent {
   explicit MemAgent(std::vector<std::string> extra) {
     char tmpl[] = "/tmp/gs-mem-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    std::vector<std::string> argv = {gpuscope_bin(),     "agent", "--json",          "--listen", "127.0.0.1:0",
-                                     "-c",               kComm,   "--interval",      "0.2",      "--bridge-pin-dir",
-                                     dir_ + "/no-bridge", "--max-cpu-percent", "0"};
+    std::vector<std::string> argv = {
+        gpuscope_bin(), "agent", "--json",           "--listen",          "127.0.0.1:0",       "-c", kComm,
+        "--interval",   "0.2",   "--bridge-pin-dir", dir_ + "/no-bridge", "--max-cpu-percent", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     p_ = std::make_unique<Process>(argv);
     if (!p_->wait_for("\"type\":\"agent\"", 30)) throw std::runtime_error("agent did not start: " + p_->err());
@@ -206,9 +206,8 @@ TEST(Memory, SymbolTableAgreesWithElfSymbolsAndIsShared) {
   for (const std::string& path : {library(), standin_lib_dir() + "/libcudart.so.13"}) {
     SCOPED_TRACE(path);
     // Every 1000th of the 500,000 functions, and every function of the stand-in.
-    auto e = gpuscope::ElfSymbols::read(path, [](std::string_view n) {
-      return n.find("_kernel_") == n.npos || n.find("000_tensor") != n.npos;
-    });
+    auto e = gpuscope::ElfSymbols::read(
+        path, [](std::string_view n) { return n.find("_kernel_") == n.npos || n.find("000_tensor") != n.npos; });
     ASSERT_GE(e.all().size(), path == library() ? 500u : 50u);
     gpuscope::SymbolTable t(path);
     if (path == library()) {

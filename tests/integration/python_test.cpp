@@ -46,7 +46,7 @@ struct Interp {
 std::vector<Interp> interpreters() {
   std::vector<Interp> v{{"/usr/bin/python3", 11}};
   for (auto& [p, m] : std::vector<std::pair<std::string, int>>{{"/root/.pyenv/versions/3.12.1/bin/python3.12", 12},
-                                                                {"/root/.pyenv/versions/3.13.0/bin/python3.13", 13}})
+                                                               {"/root/.pyenv/versions/3.13.0/bin/python3.13", 13}})
     if (std::filesystem::exists(p)) v.push_back({p, m});
   return v;
 }
@@ -153,12 +153,9 @@ for c in codes(compile(src, sys.argv[1], 'exec')):
 // Python groups take the place of the interpreter's C frames; perf-map frames give way.
 TEST(PythonWalk, MergeIntoNativeFrames) {
   std::vector<PyFrame> py{{"py::c (f.py:3)", false}, {"py::b (f.py:2)", true}, {"py::a (f.py:1)", true}};
-  std::vector<std::string> native{"memcpy",
-                                  "_PyEval_EvalFrameDefault",
-                                  "0x958cc0",
-                                  "_PyFunction_Vectorcall",
-                                  "py::b:f.py",
-                                  "_PyEval_EvalFrameDefault+0x10 (python3.11)",
+  std::vector<std::string> native{"memcpy",     "_PyEval_EvalFrameDefault",
+                                  "0x958cc0",   "_PyFunction_Vectorcall",
+                                  "py::b:f.py", "_PyEval_EvalFrameDefault+0x10 (python3.11)",
                                   "main"};
   EXPECT_EQ(py_merge(native, py), (std::vector<std::string>{"memcpy", "py::c (f.py:3)", "py::b (f.py:2)",
                                                             "_PyFunction_Vectorcall", "py::a (f.py:1)", "main"}));

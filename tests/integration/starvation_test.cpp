@@ -172,8 +172,8 @@ TEST(StarvationThread, BurnerReportedWithItsCpuTimeStackAndFlameGraph) {
   Bridge b(d, f);
   std::string folded = fmt::format("/tmp/gstest-starv-{}.folded", getpid());
   std::string svg = fmt::format("/tmp/gstest-starv-{}.svg", getpid());
-  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack",
-                   "--collect-kstack", "--folded", folded, "--svg", svg});
+  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--collect-kstack",
+                   "--folded", folded, "--svg", svg});
   // Counting starts min-idle after the programs load, just before that line.
   std::this_thread::sleep_for(200ms);
   uint64_t s0 = schedstat(pid, burner);
@@ -267,8 +267,8 @@ TEST(StarvationThread, BurnerAloneOnItsCpuIsCounted) {
   double reported = static_cast<double>(cpu_of(mine)), actual = static_cast<double>(s1 - s0);
   // On a quiet machine the burner has CPU 1 to itself (about 3e9 ns here); a busy one shares it.
   EXPECT_GT(actual, 0.5e9) << "the burner ran";
-  EXPECT_NEAR(reported / actual, 1.0, 0.2) << "reported " << reported << " ns, schedstat " << actual
-                                           << " ns; switches in the window: " << sw1 - sw0;
+  EXPECT_NEAR(reported / actual, 1.0, 0.2)
+      << "reported " << reported << " ns, schedstat " << actual << " ns; switches in the window: " << sw1 - sw0;
 }
 
 // CPython 3.12 -X perf names its trampolines in /tmp/perf-PID.map, PID as the process sees it. Here
@@ -282,9 +282,8 @@ TEST(StarvationThread, PythonNamesFromThePerfMapInTheProcessOwnNamespace) {
   // its directory opened before the mount (keeping its name, hence its comm).
   std::string fixture = STARV_FIXTURE;
   std::string dir = fixture.substr(0, fixture.rfind('/')), name = fixture.substr(fixture.rfind('/') + 1);
-  Fixture fx({"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private",
-              "sh", "-c",
-              "exec 3<'" + dir + "' && mount -t tmpfs tmpfs /tmp && exec /proc/self/fd/3/" + name + " burn"});
+  Fixture fx({"unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private", "sh",
+              "-c", "exec 3<'" + dir + "' && mount -t tmpfs tmpfs /tmp && exec /proc/self/fd/3/" + name + " burn"});
   ASSERT_EQ(fx.pid(), 1) << "pid 1 of its namespace";
   std::string children = gpuscope::read_file(fmt::format("/proc/{}/task/{}/children", fx.p->pid(), fx.p->pid()));
   int host_pid = atoi(children.c_str());
@@ -313,7 +312,8 @@ TEST(StarvationThread, PythonNamesFromThePerfMapInTheProcessOwnNamespace) {
       return std::find_if(st.begin(), st.end(), [&](auto& s) { return s.find(name) != std::string::npos; }) -
              st.begin();
     };
-    auto leaf = at("fixture::preprocess_burn"), py = at("py::preprocess_burn:/app/train.py"), caller = at("burner_main");
+    auto leaf = at("fixture::preprocess_burn"), py = at("py::preprocess_burn:/app/train.py"),
+         caller = at("burner_main");
     ASSERT_LT(py, static_cast<long>(st.size())) << r.dump();
     EXPECT_EQ(st[py], "py::preprocess_burn:/app/train.py");
     EXPECT_LT(leaf, py) << r.dump();
@@ -494,8 +494,8 @@ TEST(StarvationThread, PythonFramesAfterAnExecIntoPython) {
   ASSERT_TRUE(sh.wait_for("started", 10));
   f.write(standin_for(sh.pid()));
   Bridge b(d, f);
-  Starvation s(d, {"--json", "-p", std::to_string(sh.pid()), "--min-idle-ms", "200", "--collect-ustack",
-                   "--sample-hz", "199"});
+  Starvation s(
+      d, {"--json", "-p", std::to_string(sh.pid()), "--min-idle-ms", "200", "--collect-ustack", "--sample-hz", "199"});
   ASSERT_TRUE(sh.wait_for("ready pid=", 10)) << sh.err();
   std::this_thread::sleep_for(3s);
   auto rows = s.stop();
@@ -516,9 +516,10 @@ TEST(StarvationVerdict, NoneWhileAnyOfItsDevicesIsBusy) {
   ASSERT_GT(a.pid(), 0);
   ASSERT_GT(bfx.pid(), 0);
   ASSERT_GT(c.pid(), 0);
-  f.write(fmt::format("device 0 util 0\ndevice 1 util 60\nprocess 0 {0} 1048576\nprocess 1 {0} 1048576\n"
-                      "process 0 {1} 1048576\nprocess 1 {2} 1048576\n",
-                      a.pid(), bfx.pid(), c.pid()));
+  f.write(
+      fmt::format("device 0 util 0\ndevice 1 util 60\nprocess 0 {0} 1048576\nprocess 1 {0} 1048576\n"
+                  "process 0 {1} 1048576\nprocess 1 {2} 1048576\n",
+                  a.pid(), bfx.pid(), c.pid()));
   Bridge b(d, f);
   Starvation s(d, {"--json", "--min-idle-ms", "200"});
   std::this_thread::sleep_for(2500ms);
@@ -570,8 +571,8 @@ TEST(StarvationBlocking, WaiterAndBurnerBothShowTheBurnerDominates) {
   ASSERT_GT(pid, 0);
   f.write(standin_for(pid));
   Bridge b(d, f);
-  Starvation s(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack",
-                   "--collect-kstack"});
+  Starvation s(d,
+               {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--collect-ustack", "--collect-kstack"});
   std::this_thread::sleep_for(3200ms);
   auto rows = s.stop();
   auto prod = rows_of(rows, producer), cons = rows_of(rows, consumer);

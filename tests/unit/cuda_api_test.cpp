@@ -22,8 +22,8 @@ std::string slurp(const std::string& path) {
 }
 
 const std::string& runtime_headers() {
-  static const std::string s = slurp(CUDA_INCLUDE_DIR "/cuda_runtime_api.h") +
-                               slurp(CUDA_INCLUDE_DIR "/crt/device_functions.h");
+  static const std::string s =
+      slurp(CUDA_INCLUDE_DIR "/cuda_runtime_api.h") + slurp(CUDA_INCLUDE_DIR "/crt/device_functions.h");
   return s;
 }
 const std::string& driver_header() {

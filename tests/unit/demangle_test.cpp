@@ -20,13 +20,15 @@ TEST(Demangle, PlainAndBrokenNamesComeBackUnchanged) {
 
 constexpr const char* kGeluBackward =
     "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_26GeluBackwardCUDAKernelImplERNS_18TensorIteratorBaseENS0_"
-    "8GeluTypeEENKUlvE0_clEvENKUlvE0_clEvEUnvhdl0_1_0_0_PFvS3_S4_ENS0_26GeluBackwardCUDAKernelImplE6_fffESt5arrayIPcLm3E"
+    "8GeluTypeEENKUlvE0_clEvENKUlvE0_clEvEUnvhdl0_1_0_0_PFvS3_S4_ENS0_26GeluBackwardCUDAKernelImplE6_"
+    "fffESt5arrayIPcLm3E"
     "EEEviT0_T1_";
 
 // The expected strings are CUPTI's names for the same kernels (torch.profiler on the H200).
 TEST(Demangle, HostDeviceLambdaShowsAsTheLambdaItWraps) {
   EXPECT_EQ(demangle(kGeluBackward),
-            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
+            "void at::native::vectorized_elementwise_kernel<4, "
+            "at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
             "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, "
             "float)#1}, std::array<char*, 3ul> >(int, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
             "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, "
@@ -45,15 +47,19 @@ TEST(Demangle, WrapperTaggedWithAMemberFunction) {
 
 TEST(Demangle, TwoWrappersWithCapturedVariables) {
   std::string d = demangle(
-      "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastIZZZNS0_24mse_backward_cuda_kernelERNS_14"
-      "TensorIteratorERKN3c106ScalarEENKUlvE_clEvENKUlvE0_clEvEUnvhdl0_0_0_1_PFvS4_S8_ENS0_24mse_backward_cuda_kernelE2_"
-      "ffffEfEEvRNS_18TensorIteratorBaseERKT_EUnvhdl0_0_0_3_PFvSF_RKSD_ES2_ISD_E1_viE16OffsetCalculatorILi4EjLb0EESt5arr"
+      "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastIZZZNS0_24mse_backward_cuda_kernelERNS_"
+      "14"
+      "TensorIteratorERKN3c106ScalarEENKUlvE_clEvENKUlvE0_clEvEUnvhdl0_0_0_1_PFvS4_S8_ENS0_24mse_backward_cuda_"
+      "kernelE2_"
+      "ffffEfEEvRNS_18TensorIteratorBaseERKT_EUnvhdl0_0_0_3_PFvSF_RKSD_ES2_ISD_E1_"
+      "viE16OffsetCalculatorILi4EjLb0EESt5arr"
       "ayIPcLm4EESJ_EEviT1_");
   EXPECT_TRUE(d.starts_with(
       "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::mse_backward_cuda_"
       "kernel(at::TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() "
       "const::{lambda(float, float, float)#1}>(at::TensorIteratorBase&, at::native::mse_backward_cuda_kernel(at::"
-      "TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda("
+      "TensorIterator&, c10::Scalar const&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() "
+      "const::{lambda("
       "float, float, float)#1} const&)::{lambda(int)#1}>(int, "))
       << d;
 }
@@ -61,8 +67,9 @@ TEST(Demangle, TwoWrappersWithCapturedVariables) {
 // A wrapper this reader cannot follow still gives the kernel and the function it wraps.
 TEST(Demangle, UnreadableWrapperFallsBackToAReadableOutline) {
   std::string cut = std::string(kGeluBackward).substr(0, std::string(kGeluBackward).find("fffESt5")) + "fffQ";
-  EXPECT_EQ(demangle(cut),
-            "at::native::vectorized_elementwise_kernel<4, __nv_hdl_wrapper_t<…&at::native::GeluBackwardCUDAKernelImpl…>, …>");
+  EXPECT_EQ(
+      demangle(cut),
+      "at::native::vectorized_elementwise_kernel<4, __nv_hdl_wrapper_t<…&at::native::GeluBackwardCUDAKernelImpl…>, …>");
 }
 
 // Found by fuzz_demangle: each once hung, threw or returned nothing.

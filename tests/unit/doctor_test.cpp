@@ -80,9 +80,9 @@ bool root() { return geteuid() == 0; }
 
 TEST(Doctor, ExitsZeroWithEveryCheckAndSubcommand) {
   ASSERT_EQ(report().status, 0);
-  for (const char* c : {"kernel", "btf", "uprobes", "kprobes", "fentry", "raw_tp", "tp_btf", "ringbuf",
-                        "perf_events", "tracefs", "bpffs", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN",
-                        "privileges", "nvml", "nvidia", "nvidia_uvm"}) {
+  for (const char* c :
+       {"kernel", "btf", "uprobes", "kprobes", "fentry", "raw_tp", "tp_btf", "ringbuf", "perf_events", "tracefs",
+        "bpffs", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "privileges", "nvml", "nvidia", "nvidia_uvm"}) {
     ASSERT_TRUE(report().checks.count(c)) << c;
     EXPECT_TRUE(report().checks.at(c).at("ok").is_boolean()) << c;
   }
@@ -92,9 +92,12 @@ TEST(Doctor, ExitsZeroWithEveryCheckAndSubcommand) {
     std::istringstream help(run(GPUSCOPE_BIN " --help").out);
     bool in_subs = false;
     for (std::string line; std::getline(help, line);) {
-      if (line.rfind("Subcommands:", 0) == 0 || line.rfind("SUBCOMMANDS:", 0) == 0) in_subs = true;
-      else if (in_subs && line.size() > 2 && line[0] == ' ') listed.insert(line.substr(2, line.find(' ', 2) - 2));
-      else if (in_subs) in_subs = false;
+      if (line.rfind("Subcommands:", 0) == 0 || line.rfind("SUBCOMMANDS:", 0) == 0)
+        in_subs = true;
+      else if (in_subs && line.size() > 2 && line[0] == ' ')
+        listed.insert(line.substr(2, line.find(' ', 2) - 2));
+      else if (in_subs)
+        in_subs = false;
     }
   }
   listed.erase("doctor");

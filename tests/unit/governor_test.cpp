@@ -78,7 +78,6 @@ TEST(Anomaly, Rules) {
   EXPECT_TRUE(r.observe({}, {{"cudaMalloc", 2200}}, 1).empty());
   EXPECT_EQ(r.observe({}, {{"cudaMalloc", 3300}}, 1).size(), 1u) << "a new burst";
   auto j = r.json();
-  EXPECT_NE(j.find("\"totals\":{\"unexpected_allocation\":1,\"memory_growth\":1,\"error_burst\":2}"),
-            std::string::npos)
+  EXPECT_NE(j.find("\"totals\":{\"unexpected_allocation\":1,\"memory_growth\":1,\"error_burst\":2}"), std::string::npos)
       << j;
 }

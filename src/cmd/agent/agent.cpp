@@ -25,7 +25,7 @@ std::string body(fmt::memory_buffer& b) { return std::string(b.data(), b.size())
 Agent::Agent(const AgentOptions& o, std::vector<std::unique_ptr<AgentCollector>> wanted, UprobeSession* session)
     : o_(o),
       session_(session),
-      procs_(o.pods_dir, o.retain_s),
+      procs_(o.scope.containers, o.retain_s),
       host_{o, session, procs_,
             [](const std::string& c, const std::string& line) {
               fprintf(stderr, "gpuscope: agent: %s: %s\n", c.c_str(), line.c_str());

@@ -163,7 +163,6 @@ void add_agent_flags(CLI::App* cmd, AgentOptions& o) {
                   "Where a gpuscope bridge pins its maps; with none publishing there, the agent runs one (default "
                   "/sys/fs/bpf)");
   cmd->add_option("--nvml", o.nvml, "NVML library, for the GPUs' UUID and model name (default libnvidia-ml.so.1)");
-  cmd->add_option("--pods-dir", o.pods_dir, "The kubelet's pod log directory, for pod and namespace names");
   add_number(cmd, "--alloc-alert-bytes", o.anomaly.alloc_alert_bytes,
              "Anomaly: a process holding more GPU memory than BYTES while another holds some (default 1 GiB)", "bytes",
              1, 1e15);

@@ -39,7 +39,6 @@ struct AgentOptions {
   unsigned max_kernels = 50;  // series per process for kernels and GPU time
   double interval_s = 1;
   double retain_s = 60;
-  std::string pods_dir = "/var/log/pods";
   AnomalyConfig anomaly;
   double max_cpu_percent = 2;  // 0: governor off
 };

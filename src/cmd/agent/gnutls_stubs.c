@@ -6,12 +6,15 @@
 
 #define GS_TLS_OFF (-1250) /* GNUTLS_E_UNIMPLEMENTED_FEATURE */
 #define STUB(name) \
-	int name(void) { return GS_TLS_OFF; }
+  int name(void) { return GS_TLS_OFF; }
 
 int gnutls_global_init(void) { return 0; }
 void gnutls_global_deinit(void) {}
 void *(*gnutls_malloc)(size_t) = malloc;
-const char *gnutls_strerror(int e) { (void)e; return "TLS is not built into gpuscope"; }
+const char *gnutls_strerror(int e) {
+  (void)e;
+  return "TLS is not built into gpuscope";
+}
 STUB(gnutls_alpn_set_protocols)
 STUB(gnutls_bye)
 STUB(gnutls_certificate_allocate_credentials)

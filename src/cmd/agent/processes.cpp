@@ -26,7 +26,7 @@ ProcEntry& ProcessTable::live(uint32_t pid, const std::string& comm) {
   p.id = next_id_++;
   p.pid = pid;
   p.comm = comm;
-  p.labels = labels_.get(static_cast<pid_t>(pid));
+  p.labels = labels_of(containers_->of(static_cast<pid_t>(pid)));
   return p;
 }
 
@@ -49,7 +49,7 @@ void ProcessTable::retire(uint32_t pid) {
   it->second.exited_at = std::chrono::steady_clock::now();
   gone_.push_back(std::move(it->second));
   live_.erase(it);
-  labels_.forget(static_cast<pid_t>(pid));
+  containers_->forget(static_cast<pid_t>(pid));
 }
 
 ProcEntry* ProcessTable::ended(uint32_t pid, const std::string& comm, bool add_unknown) {
@@ -68,7 +68,7 @@ ProcEntry* ProcessTable::ended(uint32_t pid, const std::string& comm, bool add_u
 }
 
 void ProcessTable::begin() {
-  labels_.sweep();
+  containers_->sweep();
   for (auto& [_, p] : live_) p.seen = false;
 }
 

@@ -12,11 +12,13 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 
 #include "cmd/agent/labels.h"
 #include "cmd/agent/prom.h"
+#include "core/containers.h"
 
 namespace gpuscope {
 
@@ -79,8 +81,8 @@ class PerProcess {
 
 class ProcessTable {
  public:
-  ProcessTable(std::string pods_dir, double retain_exited_s)
-      : labels_(std::move(pods_dir)), retain_s_(retain_exited_s) {}
+  ProcessTable(std::shared_ptr<ProcessContainers> containers, double retain_exited_s)
+      : containers_(std::move(containers)), retain_s_(retain_exited_s) {}
 
   // The running process, added when new.
   ProcEntry& live(uint32_t pid, const std::string& comm);
@@ -102,13 +104,12 @@ class ProcessTable {
   }
   size_t running_count() const { return live_.size(); }
   size_t exited_count() const { return gone_.size(); }
-  LabelCache& labels() { return labels_; }
 
  private:
   ProcEntry* latest_gone(uint32_t pid);
   void retire(uint32_t pid);
 
-  LabelCache labels_;
+  std::shared_ptr<ProcessContainers> containers_;
   double retain_s_;
   uint64_t next_id_ = 1;
   std::map<uint32_t, ProcEntry> live_;

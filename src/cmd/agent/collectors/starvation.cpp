@@ -64,7 +64,7 @@ class StarvationAgent final : public AgentCollector {
       if (!t.pid) {
         t.pid = row.pid;
         t.tid = row.tid;
-        t.labels = host_->procs.labels().get(static_cast<pid_t>(row.pid));
+        t.labels = labels_of(host_->options.scope.containers->of(static_cast<pid_t>(row.pid)));
       }
       t.comm = row.comm;
       t.thread = row.thread;
@@ -165,7 +165,7 @@ class StarvationAgent final : public AgentCollector {
         it = threads_.erase(it);
         auto next = threads_.lower_bound({pid, 0});
         if ((next == threads_.end() || next->first.first != pid) && !host_->procs.running(pid))
-          host_->procs.labels().forget(static_cast<pid_t>(pid));
+          host_->options.scope.containers->forget(static_cast<pid_t>(pid));
         continue;
       }
       if (t.gone && !t.published_seq) t.published_seq = r.seq;

@@ -1,0 +1,57 @@
+#include "core/where.h"
+
+#include <algorithm>
+
+namespace gpuscope {
+
+WhereView::WhereView(const Scope& scope, bool wide)
+    : containers_(scope.containers), kubernetes_(wide || scope.containers->kubernetes_readable()) {
+  cols_.push_back({"CONTAINER", -16});
+  if (kubernetes_) {
+    cols_.push_back({"POD", -24});
+    cols_.push_back({"NAMESPACE", -16});
+  }
+}
+
+const ContainerInfo& WhereView::of(pid_t pid) {
+  auto it = seen_.find(pid);
+  if (it != seen_.end()) return it->second;
+  // A view lives as long as its command; the pids it shows are bounded only by the workload.
+  if (seen_.size() >= ProcessContainers::kMaxProcesses) seen_.clear();
+  ContainerInfo c = containers_->of(pid);
+  if (!c.resolved) {
+    static const ContainerInfo unknown;
+    return unknown;  // not kept: a later event of the pid may find it
+  }
+  return seen_.emplace(pid, std::move(c)).first->second;
+}
+
+void WhereView::cells_of(pid_t pid, std::vector<std::string>& out) {
+  const ContainerInfo& c = of(pid);
+  auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
+  out.push_back(dash(c.display()));
+  if (kubernetes_) {
+    out.push_back(dash(c.pod));
+    out.push_back(dash(c.ns));
+  }
+}
+
+Table WhereView::table(std::vector<Table::Column> cols, size_t at) const {
+  cols.insert(cols.begin() + static_cast<std::ptrdiff_t>(std::min(at, cols.size())), cols_.begin(), cols_.end());
+  return Table(std::move(cols));
+}
+
+std::vector<std::string> WhereView::row(std::vector<std::string> cells, size_t at, pid_t pid) {
+  std::vector<std::string> mine;
+  cells_of(pid, mine);
+  cells.insert(cells.begin() + static_cast<std::ptrdiff_t>(std::min(at, cells.size())), mine.begin(), mine.end());
+  return cells;
+}
+
+void WhereView::json(JsonLine& j, pid_t pid) { put_container_fields(j, of(pid)); }
+
+void put_container_fields(JsonLine& j, const ContainerInfo& c) {
+  j.str("container", c.display()).str("container_id", c.container_id).str("pod", c.pod).str("namespace", c.ns);
+}
+
+}  // namespace gpuscope

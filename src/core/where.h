@@ -1,0 +1,43 @@
+#pragma once
+// The container of a process beside its pid, in every view: the CONTAINER column, and POD and
+// NAMESPACE on a Kubernetes node (the kubelet's pod directory readable) or with `wide`; the
+// container, container_id, pod and namespace fields of every JSON line that has a pid.
+// Names come from the scope's resolver (core/containers.h), kept per pid for the view's life.
+#include <sys/types.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/output.h"
+#include "core/scope.h"
+
+namespace gpuscope {
+
+class WhereView {
+ public:
+  explicit WhereView(const Scope& scope, bool wide = false);
+  const ContainerInfo& of(pid_t pid);
+  bool kubernetes() const { return kubernetes_; }
+  // CONTAINER, then POD and NAMESPACE where kubernetes().
+  const std::vector<Table::Column>& columns() const { return cols_; }
+  // The cells of columns(), in order: the name (else the short id), "host", or "-" when the
+  // process could not be read.
+  void cells_of(pid_t pid, std::vector<std::string>& out);
+  void json(JsonLine& j, pid_t pid);
+  // A view's table with columns() inserted before column `at`, and a row of it for `pid`.
+  Table table(std::vector<Table::Column> cols, size_t at) const;
+  std::vector<std::string> row(std::vector<std::string> cells, size_t at, pid_t pid);
+
+ private:
+  std::shared_ptr<ProcessContainers> containers_;
+  bool kubernetes_;
+  std::vector<Table::Column> cols_;
+  std::unordered_map<pid_t, ContainerInfo> seen_;
+};
+
+// The four JSON fields of a process's container: container ("host" outside one), container_id,
+// pod, namespace ("" where none).
+void put_container_fields(JsonLine& j, const ContainerInfo& c);
+
+}  // namespace gpuscope
