@@ -532,6 +532,14 @@ ContainerInfo ProcessContainers::of(pid_t pid) {
   return c;
 }
 
+ContainerInfo ProcessContainers::of_cgroup(pid_t pid, uint64_t cgroup_id) {
+  std::lock_guard lock(mu_);
+  if (auto it = by_pid_.find(pid); it != by_pid_.end()) return it->second.info;
+  ContainerInfo c = resolver_.resolve_cgroup_id(cgroup_id);
+  if (c.resolved && by_pid_.size() < kMaxProcesses) by_pid_.emplace(pid, Known{c});
+  return c;
+}
+
 ContainerInfo ProcessContainers::refresh(pid_t pid) {
   {
     std::lock_guard lock(mu_);

@@ -187,6 +187,8 @@ class ProcessContainers {
   ContainerInfo of(pid_t pid);
   // Resolves the process anew (after an exec it may have moved) and keeps that.
   ContainerInfo refresh(pid_t pid);
+  // A process gone before it was asked for, by the cgroup v2 id its events carry.
+  ContainerInfo of_cgroup(pid_t pid, uint64_t cgroup_id);
   void forget(pid_t pid);
   // Drops processes gone for keep_gone_ms (their last events may still be on their way to a
   // view) and cgroups gone (ContainerResolver::forget_gone).

@@ -305,8 +305,12 @@ void UprobeSession::start() {
       if (n < sizeof(gs_session_event)) return;
       const auto pid = static_cast<pid_t>(static_cast<const gs_session_event*>(d)->pid);
       noticed_.push_back(pid);
-      // At once, not at the deferred rescan: the BPF side drops its calls until it is admitted.
-      if (scope_.where.active()) scope_.admit(pid);
+      // At once, not at the deferred rescan: the BPF side drops its calls until it is admitted,
+      // and a short-lived process may be gone by the time its events are shown.
+      if (scope_.where.active())
+        scope_.admit(pid);
+      else if (name_early_)
+        scope_.containers->refresh(pid);
     });
   } else if (verbose_) {
     fprintf(stderr, "gpuscope: no exec/dlopen hooks (%s): libraries are found by rescans only\n", strerror(errno));
@@ -332,7 +336,9 @@ void UprobeSession::start() {
 
 void UprobeSession::name_processes() {
   // Named while they run: their events may be shown after they have gone.
-  for (pid_t p : disc_->take_cuda_pids()) scope_.containers->of(p);
+  std::vector<pid_t> pids = disc_->take_cuda_pids();
+  if (name_early_)
+    for (pid_t p : pids) scope_.containers->of(p);
 }
 
 void UprobeSession::rescan(const std::vector<pid_t>* only) {
@@ -393,8 +399,8 @@ void UprobeSession::rescan_noticed() {
         pids.push_back(p);
     noticed_.clear();
     for (pid_t p : pids) {
-      // A new image may be another process's: named anew at the rescan below.
-      scope_.containers->forget(p);
+      // A new image may be another process's: named anew when it is next asked for.
+      if (!name_early_ && !scope_.where.active()) scope_.containers->forget(p);
       for (auto& f : maps_changed_) f(p);
     }
     if (!pids.empty()) rescan(&pids);

@@ -111,6 +111,10 @@ class UprobeSession {
   // Deferred, the processes noticed at exec or dlopen are rescanned only by rescan_noticed()
   // (or once kMaxDeferredNotices are waiting): the agent's governor batches them into its refresh.
   void defer_rescans(bool d) { defer_ = d; }
+  // Each process is named (its container) as it is found, at start, exec and rescans, so that
+  // lines shown after it has gone keep its names. The agent turns it off: it names a process
+  // when its first series is made.
+  void name_processes_early(bool on) { name_early_ = on; }
   void rescan_noticed();
   static constexpr size_t kMaxDeferredNotices = 4096;
   bool targets_alive() const;
@@ -162,6 +166,7 @@ class UprobeSession {
   std::unique_ptr<RingBuffer> notices_;
   std::vector<pid_t> noticed_;
   bool defer_ = false;
+  bool name_early_ = true;
   std::vector<std::function<void(pid_t)>> maps_changed_;
   std::vector<Link> links_;
   std::vector<pid_t> initial_pids_;

@@ -13,12 +13,13 @@ WhereView::WhereView(const Scope& scope, bool wide)
   }
 }
 
-const ContainerInfo& WhereView::of(pid_t pid) {
+const ContainerInfo& WhereView::of(pid_t pid, uint64_t cgroup_id) {
   auto it = seen_.find(pid);
   if (it != seen_.end()) return it->second;
   // A view lives as long as its command; the pids it shows are bounded only by the workload.
   if (seen_.size() >= ProcessContainers::kMaxProcesses) seen_.clear();
   ContainerInfo c = containers_->of(pid);
+  if (!c.resolved && cgroup_id) c = containers_->of_cgroup(pid, cgroup_id);
   if (!c.resolved) {
     static const ContainerInfo unknown;
     return unknown;  // not kept: a later event of the pid may find it
@@ -26,8 +27,8 @@ const ContainerInfo& WhereView::of(pid_t pid) {
   return seen_.emplace(pid, std::move(c)).first->second;
 }
 
-void WhereView::cells_of(pid_t pid, std::vector<std::string>& out) {
-  const ContainerInfo& c = of(pid);
+void WhereView::cells_of(pid_t pid, std::vector<std::string>& out, uint64_t cgroup_id) {
+  const ContainerInfo& c = of(pid, cgroup_id);
   auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
   out.push_back(dash(c.display()));
   if (kubernetes_) {
@@ -48,7 +49,7 @@ std::vector<std::string> WhereView::row(std::vector<std::string> cells, size_t a
   return cells;
 }
 
-void WhereView::json(JsonLine& j, pid_t pid) { put_container_fields(j, of(pid)); }
+void WhereView::json(JsonLine& j, pid_t pid, uint64_t cgroup_id) { put_container_fields(j, of(pid, cgroup_id)); }
 
 void put_container_fields(JsonLine& j, const ContainerInfo& c) {
   j.str("container", c.display()).str("container_id", c.container_id).str("pod", c.pod).str("namespace", c.ns);

@@ -17,14 +17,15 @@ namespace gpuscope {
 class WhereView {
  public:
   explicit WhereView(const Scope& scope, bool wide = false);
-  const ContainerInfo& of(pid_t pid);
+  // With the cgroup v2 id an event carries, a process that has gone is still named.
+  const ContainerInfo& of(pid_t pid, uint64_t cgroup_id = 0);
   bool kubernetes() const { return kubernetes_; }
   // CONTAINER, then POD and NAMESPACE where kubernetes().
   const std::vector<Table::Column>& columns() const { return cols_; }
   // The cells of columns(), in order: the name (else the short id), "host", or "-" when the
   // process could not be read.
-  void cells_of(pid_t pid, std::vector<std::string>& out);
-  void json(JsonLine& j, pid_t pid);
+  void cells_of(pid_t pid, std::vector<std::string>& out, uint64_t cgroup_id = 0);
+  void json(JsonLine& j, pid_t pid, uint64_t cgroup_id = 0);
   // A view's table with columns() inserted before column `at`, and a row of it for `pid`.
   Table table(std::vector<Table::Column> cols, size_t at) const;
   std::vector<std::string> row(std::vector<std::string> cells, size_t at, pid_t pid);

@@ -82,7 +82,7 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
   if (ctx.timestamps) j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns);
   j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_view(e.comm)).str("thread", comm_view(e.thread));
   if (ctx.cgroups) j.str("cgroup", ctx.cgroups->path(e.cgroup_id));
-  if (ctx.where) ctx.where->json(j, static_cast<pid_t>(e.pid));
+  if (ctx.where) ctx.where->json(j, static_cast<pid_t>(e.pid), e.cgroup_id);
   j.str("layer", layer_name(e.layer)).str("api", api_symbol(e.api));
   j.str("phase", e.phase == GS_PHASE_ENTER ? "enter" : "exit");
   if (e.phase == GS_PHASE_EXIT) {
@@ -140,7 +140,7 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
   fmt::format_to(it, "{:<16} {:>7} {:>7} ", comm_view(e.comm), e.pid, e.tid);
   if (ctx.where) {
     ctx.cells.clear();
-    ctx.where->cells_of(static_cast<pid_t>(e.pid), ctx.cells);
+    ctx.where->cells_of(static_cast<pid_t>(e.pid), ctx.cells, e.cgroup_id);
     auto& cols = ctx.where->columns();
     for (size_t i = 0; i < ctx.cells.size(); i++) fmt::format_to(it, "{:<{}} ", ctx.cells[i], -cols[i].width);
   }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "bridge_fixture.h"
+#include "core/containers.h"
 #include "harness.h"
 
 using namespace gstest;
@@ -197,9 +198,14 @@ TEST(GpuTime, KernelsTableColumns) {
     if (line.find("alpha_kernel(float*)") != std::string::npos && line.find("exited") != std::string::npos) row = line;
   ASSERT_FALSE(row.empty()) << g.out();
   std::istringstream cells(row);
-  std::string p, comm, launches, rate, total, mean, max;
-  cells >> p >> comm >> launches >> rate >> total >> mean >> max;
+  std::string p, comm, container, launches, rate, total, mean, max;
+  cells >> p >> comm >> container;
+  // POD and NAMESPACE follow CONTAINER where the kubelet's pod directory is readable.
+  gpuscope::ContainerResolver resolver;
+  if (resolver.kubernetes_readable()) cells >> rate >> rate;
+  cells >> launches >> rate >> total >> mean >> max;
   EXPECT_EQ(p, std::to_string(pid));
+  EXPECT_EQ(container, resolver.resolve(getpid()).display());
   EXPECT_EQ(launches, "40");
   EXPECT_EQ(total, "2.780");  // ms
   EXPECT_EQ(mean, "69.5");    // us

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "core/containers.h"
 #include "core/elf_symbols.h"
 #include "harness.h"
 
@@ -479,7 +480,15 @@ TEST(TraceOutput, TableColumnsAndDetails) {
   std::getline(in, header);
   std::istringstream hs(header);
   std::vector<std::string> cols{std::istream_iterator<std::string>(hs), {}};
-  EXPECT_EQ(cols, (std::vector<std::string>{"COMM", "PID", "TID", "LAYER", "API", "PHASE", "DETAILS"}));
+  // The container columns: POD and NAMESPACE only where the kubelet's pod directory is readable.
+  gpuscope::ContainerResolver resolver;
+  std::vector<std::string> want{"COMM", "PID", "TID", "CONTAINER"};
+  if (resolver.kubernetes_readable()) want.insert(want.end(), {"POD", "NAMESPACE"});
+  const size_t api_at = want.size() + 1;
+  want.insert(want.end(), {"LAYER", "API", "PHASE", "DETAILS"});
+  EXPECT_EQ(cols, want);
+  // The workload runs where this test does: the same container, or the host.
+  const std::string where = resolver.resolve(getpid()).display();
   std::string out = t.out();
   std::string p = std::to_string(pid);
   EXPECT_NE(out.find("standin_app"), std::string::npos);
@@ -488,9 +497,11 @@ TEST(TraceOutput, TableColumnsAndDetails) {
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::vector<std::string> f{std::istream_iterator<std::string>(ls), {}};
-    if (f.size() < 6 || f[1] != p) continue;
-    if (f[4] == "cudaMalloc" && f[5] == "enter") saw_malloc = line.find("size=1000") != std::string::npos;
-    if (f[4] == "cuLaunchKernel" && f[5] == "exit") saw_exit = line.find("ret=CUDA_SUCCESS") != std::string::npos;
+    if (f.size() < api_at + 2 || f[1] != p) continue;
+    EXPECT_EQ(f[3], where) << line;
+    if (f[api_at] == "cudaMalloc" && f[api_at + 1] == "enter") saw_malloc = line.find("size=1000") != std::string::npos;
+    if (f[api_at] == "cuLaunchKernel" && f[api_at + 1] == "exit")
+      saw_exit = line.find("ret=CUDA_SUCCESS") != std::string::npos;
   }
   EXPECT_TRUE(saw_malloc) << out;
   EXPECT_TRUE(saw_exit) << out;

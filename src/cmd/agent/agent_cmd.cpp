@@ -102,6 +102,7 @@ int run_agent(AgentCommand& a) {
   parse_listen(o.listen);
   o.scope.validate();
   UprobeSession session(o.scope, o.common.verbose);
+  session.name_processes_early(false);
   Agent agent(o, take_wanted(a), &session);
   agent.check();
   auto http = serve_http(o.listen, agent);
