@@ -37,6 +37,17 @@ void WhereView::cells_of(pid_t pid, std::vector<std::string>& out, uint64_t cgro
   }
 }
 
+void WhereView::put_header(fmt::memory_buffer& out) const {
+  for (auto& c : cols_) fmt::format_to(std::back_inserter(out), "{:<{}} ", c.name, -c.width);
+}
+
+void WhereView::put_cells(fmt::memory_buffer& out, pid_t pid, uint64_t cgroup_id) {
+  cells_.clear();
+  cells_of(pid, cells_, cgroup_id);
+  for (size_t i = 0; i < cells_.size(); i++)
+    fmt::format_to(std::back_inserter(out), "{:<{}} ", cells_[i], -cols_[i].width);
+}
+
 Table WhereView::table(std::vector<Table::Column> cols, size_t at) const {
   cols.insert(cols.begin() + static_cast<std::ptrdiff_t>(std::min(at, cols.size())), cols_.begin(), cols_.end());
   return Table(std::move(cols));

@@ -26,6 +26,10 @@ class WhereView {
   // process could not be read.
   void cells_of(pid_t pid, std::vector<std::string>& out, uint64_t cgroup_id = 0);
   void json(JsonLine& j, pid_t pid, uint64_t cgroup_id = 0);
+  // The columns' names, and a process's cells, each padded and followed by a space, for views
+  // that format their own rows.
+  void put_header(fmt::memory_buffer& out) const;
+  void put_cells(fmt::memory_buffer& out, pid_t pid, uint64_t cgroup_id = 0);
   // A view's table with columns() inserted before column `at`, and a row of it for `pid`.
   Table table(std::vector<Table::Column> cols, size_t at) const;
   std::vector<std::string> row(std::vector<std::string> cells, size_t at, pid_t pid);
@@ -34,6 +38,7 @@ class WhereView {
   std::shared_ptr<ProcessContainers> containers_;
   bool kubernetes_;
   std::vector<Table::Column> cols_;
+  std::vector<std::string> cells_;
   std::unordered_map<pid_t, ContainerInfo> seen_;
 };
 

@@ -39,10 +39,9 @@ void IoctlView::event(const void* data, size_t size) {
     j.hex("request", e.request).str("name", req.name).num("ret", e.ret).num("dur_ns", e.dur_ns);
     j.end();
   } else {
-    std::vector<std::string> where;
-    where_.cells_of(static_cast<pid_t>(e.pid), where);
-    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:>7} {:>7} {:<16} {:<16} {:<36} ret={} dur={:.3f}us\n",
-                   comm, e.pid, e.tid, where[0], device(e.rdev),
+    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:>7} {:>7} ", comm, e.pid, e.tid);
+    where_.put_cells(out_.buf(), static_cast<pid_t>(e.pid));
+    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:<36} ret={} dur={:.3f}us\n", device(e.rdev),
                    req.name.empty() ? fmt::format("0x{:x}", e.request) : req.name, e.ret,
                    static_cast<double>(e.dur_ns) / 1000.0);
   }
@@ -132,17 +131,18 @@ void IoctlView::table(const Deltas& d) {
     localtime_r(&t, &tm);
     fmt::format_to(it, "{:02}:{:02}:{:02}\n", tm.tm_hour, tm.tm_min, tm.tm_sec);
   }
-  fmt::format_to(it, "{:>7} {:<16} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12} {:>10}\n", "PID", "COMM", "CONTAINER",
-                 "DEVICE", "REQUEST", "COUNT", "ERRORS", "TOTAL_us", "MAX_us");
+  fmt::format_to(it, "{:>7} {:<16} ", "PID", "COMM");
+  where_.put_header(out_.buf());
+  fmt::format_to(it, "{:<16} {:<40} {:>8} {:>7} {:>12} {:>10}\n", "DEVICE", "REQUEST", "COUNT", "ERRORS", "TOTAL_us",
+                 "MAX_us");
   for (auto& [k, v] : d.ioctls) {
     auto r = decode_ioctl(kmajor(k.rdev), o_.uvm_major, k.request);
     std::string req = r.name.empty() ? fmt::format("0x{:x}", k.request) : r.name;
     if (r.ioc) req += fmt::format(" ({} nr=0x{:x} size={})", ioc_dir_name(r.dir), r.nr, r.size);
-    std::vector<std::string> where;
-    where_.cells_of(static_cast<pid_t>(k.pid), where);
-    fmt::format_to(it, "{:>7} {:<16} {:<16} {:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", k.pid, comm_of(v),
-                   where[0], device(k.rdev) + " " + dev_str(k.rdev), req, v.count, v.errors, v.total_ns / 1000.0,
-                   v.max_ns / 1000.0);
+    fmt::format_to(it, "{:>7} {:<16} ", k.pid, comm_of(v));
+    where_.put_cells(out_.buf(), static_cast<pid_t>(k.pid));
+    fmt::format_to(it, "{:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", device(k.rdev) + " " + dev_str(k.rdev), req,
+                   v.count, v.errors, v.total_ns / 1000.0, v.max_ns / 1000.0);
   }
   if (d.ioctls.empty()) fmt::format_to(it, "  (no ioctls on NVIDIA devices)\n");
   for (size_t i = 0; i < d.opens.size();) {

@@ -119,8 +119,7 @@ void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_b
 void format_table_header(const FormatContext& ctx, fmt::memory_buffer& out) {
   if (ctx.timestamps) fmt::format_to(std::back_inserter(out), "{:<15} ", "TIME");
   fmt::format_to(std::back_inserter(out), "{:<16} {:>7} {:>7} ", "COMM", "PID", "TID");
-  if (ctx.where)
-    for (auto& c : ctx.where->columns()) fmt::format_to(std::back_inserter(out), "{:<{}} ", c.name, -c.width);
+  if (ctx.where) ctx.where->put_header(out);
   fmt::format_to(std::back_inserter(out), "{:<7} {:<28} {:<5} {}\n", "LAYER", "API", "PHASE", "DETAILS");
 }
 
@@ -138,12 +137,7 @@ void format_event_table(const gs_call_event& e, FormatContext& ctx, fmt::memory_
     fmt::format_to(it, "{:02}:{:02}:{:02}.{:06} ", tm.tm_hour, tm.tm_min, tm.tm_sec, (ns % 1000000000) / 1000);
   }
   fmt::format_to(it, "{:<16} {:>7} {:>7} ", comm_view(e.comm), e.pid, e.tid);
-  if (ctx.where) {
-    ctx.cells.clear();
-    ctx.where->cells_of(static_cast<pid_t>(e.pid), ctx.cells, e.cgroup_id);
-    auto& cols = ctx.where->columns();
-    for (size_t i = 0; i < ctx.cells.size(); i++) fmt::format_to(it, "{:<{}} ", ctx.cells[i], -cols[i].width);
-  }
+  if (ctx.where) ctx.where->put_cells(out, static_cast<pid_t>(e.pid), e.cgroup_id);
   fmt::format_to(it, "{:<7} {:<28} {:<5} ", layer_name(e.layer), api_symbol(e.api),
                  e.phase == GS_PHASE_ENTER ? "enter" : "exit");
   const auto& a = e.args;

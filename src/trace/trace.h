@@ -65,7 +65,6 @@ struct FormatContext {
   bool timestamps = true;
   CgroupNames* cgroups = nullptr;
   WhereView* where = nullptr;  // the container columns and fields
-  std::vector<std::string> cells;
   // The kernel (or host function) a launch's handle names; empty while unknown.
   std::function<std::string(uint32_t pid, uint64_t handle, bool host_function)> kernel_name;
   time_t tm_secs = -1;
