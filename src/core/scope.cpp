@@ -73,6 +73,11 @@ void Scope::validate() const {
     if (c.empty()) throw UsageError("--container needs a container name or id");
   if (where.host && (!where.containers.empty() || !where.pod.empty() || !where.ns.empty()))
     throw UsageError("--host selects processes in no container: it cannot be combined with --container, --pod or -n");
+  if (where.active() && !containers->has_cgroup_v2())
+    throw UsageError(
+        fmt::format("{} needs cgroup v2 (at {} or its unified/): BPF tells containers apart by their "
+                    "cgroup v2 ids",
+                    where.describe(), containers->paths().cgroup_root));
   if ((!where.pod.empty() || !where.ns.empty()) && !containers->kubernetes_readable())
     throw UsageError(fmt::format("{} needs the kubelet's pod directory, and {} cannot be read (--pods-dir)",
                                  where.pod.empty() ? "-n" : "--pod", containers->paths().pods_dir));

@@ -88,8 +88,7 @@ void set_comm_filter(Rodata* ro, const std::string& comm) {
 template <class Skel>
 void apply_scope(Skel* skel, const Scope& s) {
   set_comm_filter(skel->rodata, s.comm);
-  // Without cgroup v2 every process has the same id there: the filter is user space's alone.
-  if (!s.where.active() || !s.containers->has_cgroup_v2()) return;
+  if (!s.where.active()) return;
   skel->rodata->filter_cgroup = true;
   if (int err = bpf_map__reuse_fd(skel->maps.scope_cgroups, s.cgroups->fd()))
     throw UsageError(std::string("cannot share the container filter map: ") + strerror(-err));
