@@ -100,7 +100,10 @@ bool Scope::wants(uint32_t pid, std::string_view c) const {
 
 bool Scope::admit(pid_t pid) const {
   if (!where.active()) return true;
-  ContainerInfo c = containers->refresh(pid);
+  return admit_info(containers->refresh(pid));
+}
+
+bool Scope::admit_info(const ContainerInfo& c) const {
   if (!where.matches(c)) return false;
   cgroups->add(c.cgroup_id);
   return true;
@@ -111,7 +114,9 @@ void Scope::admit_all() const {
   if (!where.host)
     for (auto& c : containers->containers())
       if (where.matches(c)) cgroups->add(c.cgroup_id);
-  for (pid_t pid : pids.empty() ? list_pids() : pids) admit(pid);
+  // Known processes keep their entry: an exec, the one way they change cgroup here, is admitted
+  // anew by the session's notice.
+  for (pid_t pid : pids.empty() ? list_pids() : pids) admit_info(containers->of(pid));
 }
 
 }  // namespace gpuscope

@@ -74,6 +74,8 @@ struct Scope {
   // Every running process in the container scope admitted, and every container cgroup that
   // matches (processes that start there later pass the BPF filter at once).
   void admit_all() const;
+  // admit() of a process already resolved.
+  bool admit_info(const ContainerInfo& c) const;
 };
 
 // The BPF side of a scope: the comm and cgroup filters of programs that include
