@@ -1,5 +1,7 @@
 #include <CLI/CLI.hpp>
 
+#include <malloc.h>
+
 #include <cstdio>
 
 #include "core/cli.h"
@@ -20,6 +22,13 @@ GPUSCOPE_COMMANDS(GPUSCOPE_DECLARE)
 using namespace gpuscope;
 
 int main(int argc, char** argv) {
+  // glibc raises its mmap threshold to the largest block freed (up to 32 MiB); past that, big
+  // transient buffers (ELF sections read at discovery, /proc files, symbol tables) come from the
+  // heap and stay resident after they are freed. Fixed thresholds keep them mmapped, so freeing
+  // gives them back, and trim the heap's top; two arenas, not one per thread that allocates.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+  mallopt(M_ARENA_MAX, 2);
   CLI::App app{"gpuscope: eBPF observability for CUDA workloads"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuscope 0.1.0");

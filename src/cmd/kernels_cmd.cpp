@@ -228,7 +228,11 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
 // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
 std::unique_ptr<GpuTimeCollector> gpu_time_collector(UprobeSession& session, const KernelsOptions& o) {
   try {
-    return std::make_unique<GpuTimeCollector>(session, GpuTimeCollector::Config{o.cupti_libs});
+    GpuTimeCollector::Config c{o.cupti_libs};
+    // 6 full hand-offs of 2048 records, drained as they come; the 8 MiB default is the
+    // timeline's (every API record too) and would be 16 MiB resident beside each process traced.
+    c.ring_bytes = 1u << 20;
+    return std::make_unique<GpuTimeCollector>(session, c);
   } catch (const UsageError& e) {
     if (!o.cupti_libs.empty()) throw;
     if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());

@@ -173,6 +173,20 @@ size_t SymbolTable::live() {
   return n;
 }
 
+size_t SymbolTable::live_bytes() {
+  std::vector<std::shared_ptr<const SymbolTable>> held;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    for (auto& [_, w] : r.tables)
+      if (auto t = w.lock()) held.push_back(std::move(t));
+  }
+  // Summed and let go outside the lock: the last holder's deleter takes it.
+  size_t n = 0;
+  for (auto& t : held) n += t->bytes();
+  return n;
+}
+
 const SymbolTable::Entry* SymbolTable::find(uint64_t off) const {
   auto it =
       std::upper_bound(entries_.begin(), entries_.end(), off, [](uint64_t o, const Entry& e) { return o < e.offset; });

@@ -28,6 +28,8 @@ class SymbolTable {
   static std::shared_ptr<const SymbolTable> shared(dev_t dev, ino_t ino, const std::vector<std::string>& paths);
   // Tables alive in this process.
   static size_t live();
+  // Heap bytes held by the tables alive.
+  static size_t live_bytes();
 
   // Throws std::runtime_error with a one-line reason when the file is not a readable ELF.
   explicit SymbolTable(const std::string& path);

@@ -1,6 +1,7 @@
 #include "cmd/agent/agent.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "core/bpf.h"
 #include "core/output.h"
+#include "core/symbol_table.h"
 #include "core/system.h"
 #include "core/uprobe_session.h"
 
@@ -344,6 +346,21 @@ void add_process_metrics(PromSet& m) {
   getrlimit(RLIMIT_NOFILE, &rl);
   m.family("process_max_fds", T::gauge, "The agent's limit of open file descriptors");
   m.add("process_max_fds", {}, static_cast<double>(rl.rlim_cur));
+  add_memory_metrics(m);
+}
+
+// Where the agent's resident memory goes, beside process_resident_memory_bytes.
+void add_memory_metrics(PromSet& m) {
+  struct mallinfo2 mi = mallinfo2();
+  m.family("gpuscope_heap_bytes", T::gauge,
+           "The agent's malloc heap: in use, and free but not given back to the system");
+  m.add("gpuscope_heap_bytes", {{"state", "in_use"}}, static_cast<double>(mi.uordblks + mi.hblkhd));
+  m.add("gpuscope_heap_bytes", {{"state", "free"}}, static_cast<double>(mi.fordblks));
+  m.family("gpuscope_symbol_tables", T::gauge,
+           "ELF symbol tables held (one per library file mapped by a traced process)");
+  m.add("gpuscope_symbol_tables", {}, static_cast<double>(SymbolTable::live()));
+  m.family("gpuscope_symbol_table_bytes", T::gauge, "Heap bytes of the symbol tables held");
+  m.add("gpuscope_symbol_table_bytes", {}, static_cast<double>(SymbolTable::live_bytes()));
 }
 
 }  // namespace gpuscope

@@ -89,5 +89,6 @@ class Agent {
 
 // The agent's own footprint (Prometheus's process_* metrics).
 void add_process_metrics(PromSet& m);
+void add_memory_metrics(PromSet& m);
 
 }  // namespace gpuscope

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,7 +29,11 @@ class ConnectionGuard {
  public:
   using Clock = std::chrono::steady_clock;
 
-  ConnectionGuard() : sweeper_([this](std::stop_token stop) { sweep_until(stop); }) {}
+  ConnectionGuard()
+      : sweeper_([this](std::stop_token stop) {
+          pthread_setname_np(pthread_self(), "gs-http-sweep");
+          sweep_until(stop);
+        }) {}
   ~ConnectionGuard() {
     sweeper_.request_stop();
     sweeper_.join();

@@ -8,12 +8,19 @@
 #    it was before (every call row, entry and return probes); the agent with its default
 #    collectors. The workload runs on CPU 2 and gpuscope on CPUs 4-15 (where the host has 16).
 #    Goals (issue 23): latency alone <= 1.05x, the default agent <= 1.07x.
-#    GS84_STATS=1 (default): with kernel.bpf_stats_enabled set for the run, each agent round also
-#    records the agent's BPF programs' runs and time per step (gpuscope_bpf_program_*), the
-#    agent's CPU time, and the workload's CPU time and context switches per step (every arm):
-#    stats.txt. Where the time goes, not only how much.
+#    GS84_WARM=1 (default): the loop keeps stepping, unmeasured, between its rounds (while each
+#    gpuscope starts and settles), so that no round begins on a CPU and GPU idle for seconds.
+#    steps.txt has each arm's median, its per-round medians, and the median of its ratios to the
+#    `off` round of the same repetition (a drift of the host over minutes cancels out).
+#    Every round records the workload's CPU time, context switches and the steal time of its CPU
+#    (a VM's host taking the CPU away), and each gpuscope thread's CPU time: stats.txt.
+#    GS84_STATS=1: with kernel.bpf_stats_enabled set for the run, each agent round also records
+#    the agent's BPF programs' runs and time per step (gpuscope_bpf_program_*); those rounds wait
+#    idle (GS84_WARM=0), since a step run between the scrapes would count. Where the time goes,
+#    not only how much.
 # 2. Memory beside a PyTorch process: VmRSS after GS84_HOLD_S (default 20) seconds and VmHWM
-#    (peak) of `agent`, `trace` and `kernels`, each with -p on the same running loop.
+#    (peak) of `agent`, `trace` and `kernels`, each with -p on the same running loop, with where
+#    it is (smaps: heap, BPF maps mapped, the binary; the agent's heap and symbol-table gauges).
 #    Goals: <= 50 MB steady, <= 80 MB peak.
 # Needs in tests/gpu/bin: gpuscope and kernels_overhead (build/tests/kernels_overhead);
 # python3, torch and curl on the host.
@@ -59,7 +66,9 @@ start_agent() {
   wait_for "$prefix.jsonl" '"type":"agent"' 60 "$AGENT_PID" || fail "agent did not start: $(tail -c 400 "$prefix.err")"
 }
 
-STATS=${GS84_STATS:-1}
+STATS=${GS84_STATS:-0}
+WARM=${GS84_WARM:-1}
+[[ $STATS == 1 ]] && WARM=0
 KNOB=/proc/sys/kernel/bpf_stats_enabled
 if [[ $STATS == 1 ]]; then
   KNOB_BEFORE=$(cat "$KNOB")
@@ -75,12 +84,28 @@ proc_counters() {
     vol=$((vol + $(awk '/^voluntary_ctxt_switches/ {print $2}' "$t" 2>/dev/null || echo 0)))
     invol=$((invol + $(awk '/^nonvoluntary_ctxt_switches/ {print $2}' "$t" 2>/dev/null || echo 0)))
   done
-  echo "$cpu $vol $invol"
+  echo "$cpu $vol $invol $(awk '$1 == "cpu'"${WL_CPU:-2}"'" {print $9}' /proc/stat)"
+}
+# thread_cpu PID: "comm:ticks" of each thread of PID (gpuscope's threads are named by role).
+thread_cpu() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "$(tr ' ' _ <"$t/comm" 2>/dev/null):${t##*/}:$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null)"
+  done | sort | tr '\n' ' '
 }
 scrape() { curl -sf "http://127.0.0.1:$1/metrics" | grep -E '^(gpuscope_bpf_program_|process_cpu_seconds_total)' || true; }
 agent_port() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$1"; }
 
+export TORCH_STEPS_WARM=$WARM
+WL_CPU=2
 start_steps "$D/go" "$ROUNDS" "${PIN_WL[@]}"
+{
+  echo "nproc $(nproc); workload on ${PIN_WL[*]:-any CPU}, gpuscope on ${PIN_GS[*]:-any CPU}; warm $WARM, stats $STATS"
+  echo "cpu2 siblings: $(cat /sys/devices/system/cpu/cpu2/topology/thread_siblings_list 2>/dev/null || echo ?)"
+  echo "governor: $(cat /sys/devices/system/cpu/cpu2/cpufreq/scaling_governor 2>/dev/null || echo none)"
+  grep -m1 'model name' /proc/cpuinfo
+  grep -m1 -o 'hypervisor' /proc/cpuinfo || true
+} >"$OUT/cpus.txt"
 : >"$D/modes.txt"
 for ((r = 0; r < ROUNDS; r++)); do
   mode=${ORDER[$r]}
@@ -109,8 +134,10 @@ for ((r = 0; r < ROUNDS; r++)); do
   [[ $mode == agent* || ($mode != off && $mode != floor) ]] && is_agent=1
   if [[ $STATS == 1 && $is_agent == 1 ]]; then scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m0_r$r.prom"; fi
   c0=$(proc_counters "$SW")
+  [[ $mode == off ]] || t0=$(thread_cpu "$AGENT_PID")
   run_round "$D/go" "$r"
   echo "$r $mode $c0 $(proc_counters "$SW")" >>"$D/counters.txt"
+  [[ $mode == off ]] || echo "$r $mode | $t0 | $(thread_cpu "$AGENT_PID")" >>"$D/threads.txt"
   if [[ $STATS == 1 && $is_agent == 1 ]]; then
     sleep 1.2 # a refresh after the round
     scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m1_r$r.prom"
@@ -123,7 +150,8 @@ for ((r = 0; r < ROUNDS; r++)); do
   [[ $mode == off ]] || stop "$AGENT_PID" 30
 done
 wait_exit "$SW" 30
-cp "$D/modes.txt" "$D/steps.out" "$OUT/"
+cp "$D/modes.txt" "$D/steps.out" "$D/counters.txt" "$OUT/"
+[[ -f $D/threads.txt ]] && cp "$D/threads.txt" "$OUT/"
 r1=0
 PYTHONPATH=$GPU_TESTS_DIR/lib${PYTHONPATH:+:$PYTHONPATH} python3 -B - "$D/steps.out" "$D/modes.txt" >"$OUT/steps.txt" <<'PY' || r1=$?
 import step_times, sys
@@ -135,6 +163,13 @@ print("step time medians (ratio to off; added cost in floors): " + ", ".join(
 q = lambda v, f: sorted(v)[int(f * (len(v) - 1))]
 for m, v in by.items():
     print("  %-15s %3d blocks of 10 steps: p25 %.4f  median %.4f  p75 %.4f ms" % (m, len(v), q(v, .25), med[m], q(v, .75)))
+rounds = step_times.round_medians(sys.argv[1], sys.argv[2])
+for m in by:
+    print("  %-15s round medians: %s" % (m, " ".join("%.3f" % v for _, v in sorted(rounds[m]))))
+paired = step_times.paired_ratios(rounds, len(by))
+for m, v in paired.items():
+    print("  %-15s ratio to the same repetition's off: median %.3fx (%s)" % (
+        m, step_times.median(v), " ".join("%.3f" % x for x in v)))
 lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan")) / off
 ok = lat <= 1.05 and ag <= 1.07
 print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
@@ -151,9 +186,12 @@ per = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(f"{d}/counters.txt"):
     r, mode, *c = line.split()
     c = list(map(int, c))
-    per[mode]["cpu_ms_per_step"].append((c[3] - c[0]) * 1000.0 / tick / steps)
-    per[mode]["vol_cs_per_step"].append((c[4] - c[1]) / steps)
-    per[mode]["invol_cs_per_step"].append((c[5] - c[2]) / steps)
+    n = len(c) // 2  # before, then after: CPU ticks, voluntary and involuntary switches, steal
+    per[mode]["cpu_ms_per_step"].append((c[n] - c[0]) * 1000.0 / tick / steps)
+    per[mode]["vol_cs_per_step"].append((c[n + 1] - c[1]) / steps)
+    per[mode]["invol_cs_per_step"].append((c[n + 2] - c[2]) / steps)
+    if n == 4:
+        per[mode]["steal_ms_of_workload_cpu_per_round"].append((c[7] - c[3]) * 1000.0 / tick)
     if not stats or not os.path.exists(f"{d}/m1_r{r}.prom"):
         continue
     def rd(f):
@@ -172,10 +210,21 @@ for line in open(f"{d}/counters.txt"):
             per[mode]["runs/step " + k[1]].append(dx / steps)
         elif k[0] == "gpuscope_bpf_program_run_seconds_total" and dx:
             per[mode]["us/step " + k[1]].append(dx * 1e6 / steps)
+if os.path.exists(f"{d}/threads.txt"):
+    for line in open(f"{d}/threads.txt"):
+        head, a, b = line.split("|")
+        mode = head.split()[1]
+        before = {x.rsplit(":", 1)[0]: int(x.rsplit(":", 1)[1]) for x in a.split()}
+        by_name = collections.Counter()
+        for x in b.split():
+            key, t = x.rsplit(":", 1)
+            by_name[key.split(":")[0]] += (int(t) - before.get(key, 0)) * 1000.0 / tick
+        for name, ms in by_name.items():
+            per[mode]["gpuscope threads %s ms/round" % name].append(ms)
 med = lambda v: sorted(v)[len(v) // 2]
 for mode, kv in per.items():
     print(f"{mode}:")
-    for k in sorted(kv, key=lambda k: (not k.startswith(("cpu", "vol", "invol", "agent")), k)):
+    for k in sorted(kv, key=lambda k: (not k.startswith(("cpu", "vol", "invol", "agent", "steal", "gpuscope")), k)):
         print(f"  {k:42s} median {med(kv[k]):9.3f}  ({len(kv[k])} rounds)")
 PY
 cat "$OUT/stats.txt" >&2
@@ -185,6 +234,24 @@ if [[ ${GS84_MEMORY:-1} == 0 ]]; then
   [[ $r1 == 0 ]] && pass "$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt")"
   fail "$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt")"
 fi
+# where_memory NAME PID: RssAnon/RssFile, the heap, the BPF maps mapped and the largest mappings.
+where_memory() {
+  echo "== $1"
+  grep -E '^(VmRSS|VmHWM|RssAnon|RssFile|RssShmem)' "/proc/$2/status" | tr -s ' \t' ' ' | tr '\n' ';'
+  echo
+  python3 - "$2" <<'PY'
+import collections, re, sys
+rss, name = collections.Counter(), None
+for l in open(f"/proc/{sys.argv[1]}/smaps"):
+    m = re.match(r"[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)", l)
+    if m:
+        name = m.group(1) or "[anon]"
+    elif l.startswith("Rss:"):
+        rss[name] += int(l.split()[1])
+for n, kb in rss.most_common(8):
+    print("  %8d kB %s" % (kb, n))
+PY
+}
 for ((r = 0; r < 200; r++)); do touch "$D/mgo$r"; done
 python3 -u -B "$GPU_TESTS_DIR/workloads/torch_steps.py" "$D/mgo" 200 400 >"$D/msteps.out" 2>"$D/msteps.err" &
 MW=$!
@@ -206,7 +273,10 @@ for pair in "agent $A" "trace $T" "kernels $K"; do
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$2/status")
   hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$2/status")
   echo "$1 rss_kb=$rss hwm_kb=$hwm" >>"$OUT/memory.txt"
+  where_memory "$1" "$2" >>"$OUT/memory_where.txt"
 done
+curl -sf "http://127.0.0.1:$(agent_port "$D/mem_agent.jsonl")/metrics" |
+  grep -E '^(gpuscope_heap_bytes|gpuscope_symbol_table|process_resident)' >>"$OUT/memory_where.txt" || true
 stop "$A" 30
 stop "$T" 30
 stop "$K" 30

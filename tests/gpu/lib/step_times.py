@@ -20,3 +20,31 @@ def by_mode(steps_path, modes_path):
 
 def medians(by):
     return {m: statistics.median(v) for m, v in by.items()}
+
+
+def median(v):
+    return statistics.median(v)
+
+
+def round_medians(steps_path, modes_path):
+    """{arm: [(round, median step ms of the round), ...]}."""
+    modes = dict(l.split() for l in open(modes_path))
+    out = {}
+    for line in open(steps_path):
+        if line.startswith("ROUND "):
+            j = json.loads(line[6:])
+            m = modes.get(str(j["round"]))
+            if m and j["step_ms"]:
+                out.setdefault(m, []).append((j["round"], statistics.median(j["step_ms"])))
+    return out
+
+
+def paired_ratios(rounds, arms):
+    """{arm: [ratio of its round to the `off` round of the same repetition (rounds r // arms)]}."""
+    off = {r // arms: v for r, v in rounds.get("off", [])}
+    out = {}
+    for m, rv in rounds.items():
+        if m == "off":
+            continue
+        out[m] = [v / off[r // arms] for r, v in rv if r // arms in off]
+    return {m: v for m, v in out.items() if v}

@@ -8,7 +8,7 @@ GPU's work. Warms up, prints READY, then for each round r waits for the file GO_
 runs STEPS steps and prints `ROUND {"round": r, "step_ms": [...]}` (per-step times of
 blocks of 10 steps, synchronized at each block's end). With SECONDS, a round runs blocks of 10
 steps until SECONDS have passed instead (checks/82: a round that spans a whole duty period holds
-exactly one recording window).
+exactly one recording window). TORCH_STEPS_WARM=1: unmeasured steps run while it waits.
 """
 import json
 import os
@@ -21,6 +21,7 @@ import torch
 def main():
     go, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    warm = os.environ.get("TORCH_STEPS_WARM") == "1"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.ReLU(), torch.nn.Linear(64, 10)).cuda()
@@ -38,8 +39,15 @@ def main():
     torch.cuda.synchronize()
     print("READY", json.dumps({"pid": os.getpid()}), flush=True)
     for r in range(rounds):
+        # TORCH_STEPS_WARM=1: steps go on while waiting (their times not kept), so that the CPU
+        # and GPU stay in the state of a running job, not of one idle for seconds between rounds.
         while not os.path.exists(f"{go}{r}"):
-            time.sleep(0.02)
+            if not warm:
+                time.sleep(0.02)
+                continue
+            for _ in range(10):
+                step()
+            torch.cuda.synchronize()
         times = []
         start = time.perf_counter()
         while (time.perf_counter() - start < seconds) if seconds else len(times) < steps // 10:
