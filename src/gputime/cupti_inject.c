@@ -170,6 +170,9 @@ static uint32_t name_id(const char *s) {
     (r)->correlation = (x)->correlationId; \
   } while (0)
 
+/* A forced flush hands over records of work still running, without their end: counted, not kept. */
+#define incomplete(x) ((x)->start == 0 || (x)->end < (x)->start)
+
 static struct gs_gt_record *next_slot(void) {
   if (batch_n == GS_GT_BATCH_MAX) hand_off();
   struct gs_gt_record *r = &batch[batch_n++];
@@ -183,6 +186,10 @@ static void convert(const CUpti_Activity *a) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
     case CUPTI_ACTIVITY_KIND_KERNEL: {
       const CUpti_ActivityKernel10 *k = (const void *)a;
+      if (incomplete(k)) {
+        batch_hdr.lib_dropped++;
+        break;
+      }
       uint32_t id = name_id(k->name);
       r = next_slot();
       fill_span(r, k, GS_GT_KERNEL);
@@ -198,6 +205,10 @@ static void convert(const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const CUpti_ActivityMemcpy6 *m = (const void *)a;
+      if (incomplete(m)) {
+        batch_hdr.lib_dropped++;
+        break;
+      }
       r = next_slot();
       fill_span(r, m, GS_GT_MEMCPY);
       r->sub_kind = m->copyKind;
@@ -207,6 +218,10 @@ static void convert(const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const CUpti_ActivityMemset4 *m = (const void *)a;
+      if (incomplete(m)) {
+        batch_hdr.lib_dropped++;
+        break;
+      }
       r = next_slot();
       fill_span(r, m, GS_GT_MEMSET);
       r->bytes = m->bytes;
@@ -215,6 +230,10 @@ static void convert(const CUpti_Activity *a) {
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
       const CUpti_ActivitySynchronization2 *s = (const void *)a;
+      if (incomplete(s)) {
+        batch_hdr.lib_dropped++;
+        break;
+      }
       r = next_slot();
       fill_span(r, s, GS_GT_SYNC);
       r->sub_kind = (uint8_t)s->type;
@@ -374,6 +393,8 @@ static void cancel_detach(void) {
 /* What the clients want together, now. */
 struct want {
   int watched, exact, api, window;
+  uint32_t flush_mask; /* slots asking for a forced flush */
+  uint32_t flush[GS_GT_CLIENTS];
   uint32_t share_ppm;    /* of the duty cycle, when not exact */
   uint64_t next_edge_ns; /* of the window, when a duty cycle runs */
 };
@@ -400,6 +421,8 @@ static struct want merge(uint64_t now) {
       continue;
     }
     w.watched = 1;
+    uint32_t fl = k->flush;
+    if (fl != k->flushed) w.flush_mask |= 1u << i, w.flush[i] = fl;
     uint32_t mode = k->mode, o = k->on_ms, p = k->period_ms;
     if (mode == GS_GT_MODE_DUTY && o && p && o < p) {
       if (!period || o * period > on * p) /* the largest share wins */
@@ -445,6 +468,11 @@ static void *control_thread(void *arg) {
     hand_names(); /* a new gpuscope gets the whole table, even with no new records */
     pthread_mutex_unlock(&lock);
     if (on && set_recording(1, w.api)) cu.flushAll(0);
+    if (w.flush_mask) {
+      if (enabled) cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      for (int i = 0; i < GS_GT_CLIENTS; i++)
+        if (w.flush_mask >> i & 1) c->client[i].flushed = w.flush[i];
+    }
     if (enabled && !was && !w.exact) c->windows++;
     c->recording = !enabled ? GS_GT_REC_OFF : w.exact ? GS_GT_REC_EXACT : GS_GT_REC_WINDOW;
     c->api = (uint32_t)api_on;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "core/demangle.h"
 #include "core/elf_symbols.h"
@@ -96,6 +98,7 @@ void GpuTimeCollector::tell(pid_t pid, Told& t, bool attach) {
   gs_gt_control c{};
   // The header first: a version-1 library's control word ends there.
   if (!read_remote(pid, t.addr, &c, offsetof(gs_gt_control, recording)) || c.magic != GS_GT_MAGIC) return;
+  t.version = c.version;
   if (c.version < 2 || c.clients == 0) {
     // Version 1: one word. Another gpuscope may hold it: leave it; a stop clears only its own generation.
     if (attach ? c.attached != 0 : c.attached != generation_) return;
@@ -197,7 +200,34 @@ void GpuTimeCollector::watch(EventLoop& loop) {
 
 void GpuTimeCollector::drain() { rb_->drain(); }
 
+void GpuTimeCollector::flush_all(double timeout_s) {
+  auto field = [](const Told& t, size_t offset) {
+    return t.addr + offsetof(gs_gt_control, client) + t.slot * sizeof(gs_gt_client) + offset;
+  };
+  std::vector<pid_t> asked;
+  for (auto& [pid, t] : told_) {
+    uint32_t now = 0;
+    if (t.version < 3 || t.slot < 0 || !read_remote(pid, field(t, offsetof(gs_gt_client, flush)), &now, sizeof now))
+      continue;
+    t.flush = now + 1;
+    if (write_remote(pid, field(t, offsetof(gs_gt_client, flush)), &t.flush, sizeof t.flush)) asked.push_back(pid);
+  }
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!asked.empty() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    drain();
+    std::erase_if(asked, [&](pid_t pid) {
+      const Told& t = told_[pid];
+      uint32_t done = 0;
+      return !read_remote(pid, field(t, offsetof(gs_gt_client, flushed)), &done, sizeof done) || done == t.flush;
+    });
+  }
+  drain();
+}
+
 void GpuTimeCollector::stop() {
+  // The last records: CUPTI would hold a buffer still being filled until it is full.
+  if (probing()) flush_all(1.0);
   for (auto& [pid, t] : told_) tell(pid, t, false);
   told_.clear();
   // The libraries' last flushes (they see the flag within their flush period) still arrive.

@@ -51,8 +51,8 @@ struct gs_gt_record {
 struct gs_gt_batch {
 	__s64 clock_offset_ns; /* record clock minus CLOCK_BOOTTIME (0 when CUPTI keeps boot time) */
 	__u64 cupti_dropped;   /* records CUPTI dropped so far in this process */
-	__u64 lib_dropped;     /* records the library dropped so far (no buffer, too long a name) */
-	__u32 version;         /* GS_GT_VERSION */
+	__u64 lib_dropped; /* records the library dropped so far (no buffer, too long a name, incomplete) */
+	__u32 version; /* GS_GT_VERSION */
 	/* Share of the time the batch's records were recorded in, parts per million: 0 = all of it
 	 * (exact); a duty cycle's on/period otherwise (the agent scales busy time by its inverse). */
 	__u32 share_ppm;
@@ -70,8 +70,15 @@ struct gs_gt_batch {
  * activity enabled at all. A client claims a free slot (generation 0) by writing it whole with
  * its generation last, reads it back (two claims may race: the loser takes another slot on its
  * next write), and rewrites it with `beat` + 1 every 0.5 s. A slot whose beat stops for
- * GS_GT_LEASE_MS is freed by the library: a gpuscope that was killed stops costing. */
-#define GS_GT_CONTROL_VERSION 2
+ * GS_GT_LEASE_MS is freed by the library: a gpuscope that was killed stops costing.
+ *
+ * Version 3 adds a flush on request: CUPTI hands over only buffers that are full or whose
+ * records are all complete, which a process launching all the time seldom has, so a gpuscope
+ * that stops (a timeline attached to a running process) would miss the records of the last
+ * buffer. It bumps its slot's `flush`; the library flushes every buffer (forced: a kernel
+ * still running then comes without its end, and is counted as dropped) and writes the value
+ * into `flushed`. */
+#define GS_GT_CONTROL_VERSION 3
 #define GS_GT_CLIENTS 16
 #define GS_GT_LEASE_MS 5000
 
@@ -87,7 +94,9 @@ struct gs_gt_client {
 	__u32 period_ms;
 	__u32 beat;
 	__u32 generation; /* written last; 0: a free slot */
-	__u32 reserved[3];
+	__u32 flush;      /* version 3: the client bumps it to ask for a forced flush */
+	__u32 flushed;    /* version 3: the library writes the `flush` it has done */
+	__u32 reserved;
 };
 
 enum gs_gt_recording { GS_GT_REC_OFF = 0, GS_GT_REC_WINDOW = 1, GS_GT_REC_EXACT = 2 };
@@ -147,6 +156,8 @@ GS_GT_ASSERT(offsetof(struct gs_gt_record, kind) == 72, "gs_gt_record layout");
 GS_GT_ASSERT(sizeof(struct gs_gt_batch) == 32, "gs_gt_batch layout");
 GS_GT_ASSERT(sizeof(struct gs_gt_client) == 32, "gs_gt_client layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_client, generation) == 16, "gs_gt_client layout");
+GS_GT_ASSERT(offsetof(struct gs_gt_client, flush) == 20, "gs_gt_client layout");
+GS_GT_ASSERT(offsetof(struct gs_gt_client, flushed) == 24, "gs_gt_client layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_control, client) == 48, "gs_gt_control layout");
 GS_GT_ASSERT(sizeof(struct gs_gt_control) == 48 + 32 * GS_GT_CLIENTS, "gs_gt_control layout");
 GS_GT_ASSERT(offsetof(struct gs_gt_control, attached) == 8, "gs_gt_control layout");

@@ -123,7 +123,12 @@ class GpuTimeCollector {
     uint64_t addr = 0;  // of its gs_gt_control
     int slot = -1;      // client slot held (version 2), -1: none yet
     uint32_t beat = 0;
+    uint32_t version = 0;  // of the library's control word
+    uint32_t flush = 0;    // the forced flush asked for (version 3), 0: none
   };
+  // Asks each library told for a forced flush and waits, draining, until each has done it or
+  // timeout_s has passed.
+  void flush_all(double timeout_s);
   void handle(const void* data, size_t size);
   void on_records(const gs_gt_chunk& c);
   void add_kernel(const GpuRecord& g, uint32_t share_ppm);

@@ -406,12 +406,14 @@ namespace {
 
 // cupti_app (libgpuscope-cupti.so over the stand-in libcupti) running PHASES, its stand-in's
 // log of enables and records in `log`.
-std::unique_ptr<Process> cupti_app(const std::vector<std::string>& phases, const std::string& log) {
+std::unique_ptr<Process> cupti_app(const std::vector<std::string>& phases, const std::string& log,
+                                   const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv = {CUPTI_APP, CUPTI_LIB, CUPTI_STANDIN};
   argv.insert(argv.end(), phases.begin(), phases.end());
   unlink(log.c_str());
-  return std::make_unique<Process>(
-      argv, std::vector<std::string>{"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log});
+  std::vector<std::string> e{"GPUSCOPE_CUPTI_PATH=" CUPTI_STANDIN, "GS_CUPTI_STANDIN_LOG=" + log};
+  e.insert(e.end(), env.begin(), env.end());
+  return std::make_unique<Process>(argv, e);
 }
 
 // "phase NAME launched N kernels K api A dropped D" of the app's output.
@@ -467,6 +469,36 @@ size_t log_count(const std::string& log, const std::string& type, const std::str
 }
 
 }  // namespace
+
+// CUPTI hands over a buffer that is not full only once all its records are complete, which
+// the buffer of a process launching all the time seldom is (the stand-in holds it with
+// GS_CUPTI_STANDIN_HOLD=1, as the H200's CUPTI did): a timeline attached to a running process
+// asks the library for a forced flush as it stops, and gets every kernel and launch arrow.
+TEST(GpuTime, TimelineStoppingGetsTheBufferStillBeingFilled) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  std::string log = tmp_file("hold.log"), out = tmp_file("hold.json");
+  auto app = cupti_app({"wait:api", "late_kernel:300:1000:50000", "usr1"}, log, {"GS_CUPTI_STANDIN_HOLD=1"});
+  std::string pid = std::to_string(ready_pid(*app));
+  PinDir no_bridge;
+  Process t({gpuscope_bin(), "timeline", "--json", "-p", pid, "-o", out, "--pin-dir", no_bridge.path});
+  ASSERT_TRUE(t.wait_for("recording a timeline", 30, true)) << t.err();
+  ASSERT_TRUE(app->wait_for("waiting 1", 40)) << app->out();
+  Phase p = phase_of(app->out(), "late_kernel");
+  ASSERT_TRUE(p.found) << app->out();
+  EXPECT_EQ(p.kernels, 300u);
+  EXPECT_EQ(p.api, 300u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // flushes that hand over nothing
+  t.signal(SIGINT);
+  ASSERT_EQ(t.wait(30), 0) << t.err();
+  auto summary = parse_lines(t.out());
+  ASSERT_FALSE(summary.empty()) << t.out();
+  EXPECT_EQ(summary.back()["gpu_spans"].get<uint64_t>(), 300u) << t.out();
+  EXPECT_EQ(summary.back()["flows"].get<uint64_t>(), 300u) << t.out();
+  EXPECT_EQ(summary.back()["gpu_lost"].get<uint64_t>(), 0u) << t.out();
+  app->signal(SIGUSR1);
+  EXPECT_EQ(app->wait(30), 0) << app->out();
+  unlink(out.c_str());
+}
 
 // kernels and timeline get every record while an agent records 0.2 s in every 1 s beside them;
 // launch-call (API) records are on only while the timeline records.

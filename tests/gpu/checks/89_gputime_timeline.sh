@@ -45,9 +45,16 @@ for _ in $(seq 100); do
 done
 [[ -n $lpid ]] || fail "late: no workload under gpuscope run: $(tail -c 300 "$OUT/late_workload.err")"
 track "$lpid"
-sleep 8 # import, CUDA start and warm-up: the timeline comes to a process long running
+# The library is loaded at CUDA's start (cuInit); 4 s later the timeline comes to a process
+# long running.
+for _ in $(seq 600); do
+  grep -q libgpuscope-cupti "/proc/$lpid/maps" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q libgpuscope-cupti "/proc/$lpid/maps" || fail "late: the library was not loaded in 60 s"
+sleep 4
 alive "$lpid" || fail "late: the workload ended early: $(tail -c 300 "$OUT/late_workload.err")"
-"$GPUSCOPE" timeline --json -p "$lpid" -d 3 -o "$OUT/late.json" >"$OUT/late.jsonl" 2>"$OUT/late.err" ||
+"$GPUSCOPE" timeline --json -p "$lpid" -d 4 -o "$OUT/late.json" >"$OUT/late.jsonl" 2>"$OUT/late.err" ||
   fail "late: timeline failed: $(tail -c 300 "$OUT/late.err")"
 stop "$RP" 30
 python3 "$CHECKER" "$OUT/late.json" --pid "$lpid" --gpu --min-cpu 100 --min-kernels 100 --min-flows 100 \

@@ -19,6 +19,7 @@
 #include "cmd/agent/devices.h"
 #include "core/event_loop.h"
 #include "core/output.h"
+#include "core/system.h"
 
 namespace gpuscope {
 
@@ -76,12 +77,15 @@ class BridgeAgent final : public AgentCollector {
       if (said_ != health_.why) fprintf(stderr, "gpuscope: agent: collector bridge is off: %s\n", health_.why.c_str());
     }
     said_ = health_.why;
-    // The processes the bridge lists on the GPUs now; one it lists is running.
+    // The processes the bridge lists on the GPUs now; one it lists is running unless it has
+    // gone: NVML lists a process for a second or two after its exit (seen on the H200, check 99), and
+    // its series must leave on the agent's one rule, not on the driver's clean-up.
     host_->procs.each([&](const ProcEntry& e) {
       if (!e.exited) procs_.erase(e.id);
     });
     if (!read_ok_) return;
     for (auto& s : on_gpus_) {
+      if (!pid_exists(static_cast<pid_t>(s.pid))) continue;
       ProcEntry& p = host_->procs.any(s.pid, s.comm);
       if (p.exited) continue;
       procs_[p.id][s.gpu] = s.m;
