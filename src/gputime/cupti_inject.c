@@ -332,6 +332,40 @@ static int set_up(void) {
   return 1;
 }
 
+static int in_list(CUpti_CallbackId id, const CUpti_CallbackId *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (list[i] == id) return 1;
+  return 0;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Launch-call records on or off. With GPUSCOPE_CUPTI_API_KINDS=1, through the whole API kinds
+ * with every other call turned off one by one (CUPTI's other documented way). */
+static void set_api_records(int on) {
+  CUptiResult rc = CUPTI_SUCCESS, r;
+  const char *k = getenv("GPUSCOPE_CUPTI_API_KINDS");
+  if (k && !strcmp(k, "1")) {
+    if ((r = (on ? cu.enable : cu.disable)(CUPTI_ACTIVITY_KIND_RUNTIME)) != CUPTI_SUCCESS) rc = r;
+    if ((r = (on ? cu.enable : cu.disable)(CUPTI_ACTIVITY_KIND_DRIVER)) != CUPTI_SUCCESS) rc = r;
+    for (CUpti_CallbackId id = 1; on && id < CUPTI_RUNTIME_TRACE_CBID_SIZE; id++)
+      if (!in_list(id, runtime_launches, N_OF(runtime_launches))) cu.enableRuntimeApi(id, 0);
+    for (CUpti_CallbackId id = 1; on && id < CUPTI_DRIVER_TRACE_CBID_SIZE; id++)
+      if (!in_list(id, driver_launches, N_OF(driver_launches))) cu.enableDriverApi(id, 0);
+  } else {
+    for (size_t i = 0; i < N_OF(runtime_launches); i++)
+      if ((r = cu.enableRuntimeApi(runtime_launches[i], (uint8_t)on)) != CUPTI_SUCCESS) rc = r;
+    for (size_t i = 0; i < N_OF(driver_launches); i++)
+      if ((r = cu.enableDriverApi(driver_launches[i], (uint8_t)on)) != CUPTI_SUCCESS) rc = r;
+  }
+  static int said;
+  if (rc != CUPTI_SUCCESS && !said++) {
+    const char *why = "?";
+    if (cu.resultString) cu.resultString(rc, &why);
+    say("CUPTI refused launch-call records (%s): a timeline draws no launch arrows", why);
+  }
+}
+
 static int set_recording(int on, int full) {
   if (on && !set_up()) return 0;
   int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
@@ -340,12 +374,7 @@ static int set_recording(int on, int full) {
   kinds_on = want;
   enabled = on;
   int api = on && full && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
-  if (api != api_on) {
-    for (size_t i = 0; i < sizeof runtime_launches / sizeof runtime_launches[0]; i++)
-      cu.enableRuntimeApi(runtime_launches[i], (uint8_t)api);
-    for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-      cu.enableDriverApi(driver_launches[i], (uint8_t)api);
-  }
+  if (api != api_on) set_api_records(api);
   api_on = api;
   return 1;
 }

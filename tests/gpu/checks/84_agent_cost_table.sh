@@ -96,6 +96,8 @@ thread_cpu() {
 scrape() { curl -sf "http://127.0.0.1:$1/metrics" | grep -E '^(gpuscope_bpf_program_|process_cpu_seconds_total)' || true; }
 agent_port() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$1"; }
 
+# GS84_COST=0: the memory part alone.
+if [[ ${GS84_COST:-1} == 1 ]]; then
 export TORCH_STEPS_WARM=$WARM
 WL_CPU=2
 start_steps "$D/go" "$ROUNDS" "${PIN_WL[@]}"
@@ -170,6 +172,10 @@ paired = step_times.paired_ratios(rounds, len(by))
 for m, v in paired.items():
     print("  %-15s ratio to the same repetition's off: median %.3fx (%s)" % (
         m, step_times.median(v), " ".join("%.3f" % x for x in v)))
+mr = {m: step_times.median([v for _, v in rv]) for m, rv in rounds.items()}
+print("  median of round medians, ratio to off: " + ", ".join("%s %.3fx" % (m, v / mr["off"]) for m, v in mr.items()))
+print("  p25 of blocks (least disturbed), ratio to off: " + ", ".join(
+    "%s %.3fx" % (m, q(v, .25) / q(by["off"], .25)) for m, v in by.items()))
 lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan")) / off
 ok = lat <= 1.05 and ag <= 1.07
 print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
@@ -228,6 +234,11 @@ for mode, kv in per.items():
         print(f"  {k:42s} median {med(kv[k]):9.3f}  ({len(kv[k])} rounds)")
 PY
 cat "$OUT/stats.txt" >&2
+
+else
+  r1=0
+  echo "step time: not measured (GS84_COST=0)" | tee "$OUT/steps.txt" >"$OUT/stats.txt"
+fi
 
 # 2. Memory beside a running loop: the three at once, each -p on it (GS84_MEMORY=0: not).
 if [[ ${GS84_MEMORY:-1} == 0 ]]; then

@@ -44,6 +44,22 @@ curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/during.prom" || true
 curl -sf "http://127.0.0.1:$PORT/api/starvation/folded" >"$OUT/folded.txt" || true
 wait_exit "$WL" 30
 [[ $WAIT_RC == 0 ]] || fail "workload exited with $WAIT_RC: $(tail -c 400 "$OUT/workload.out")"
+# When the agent takes the process for exited: /api/processes every 0.1 s (it is not a scrape).
+python3 - "$PORT" "$(awk '/^pid/ {print $2}' "$OUT/workload.out")" >"$OUT/exit_states.txt" 2>&1 <<'PY' &
+import json, sys, time, urllib.request
+port, pid, t0 = sys.argv[1], int(sys.argv[2]), time.monotonic()
+last = None
+while time.monotonic() - t0 < 4.5:
+    try:
+        ps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/processes", timeout=1))["processes"]
+        st = next((p.get("state") for p in ps if p.get("pid") == pid), "absent")
+    except Exception as e:
+        st = f"error {e}"
+    if st != last:
+        print(f"{(time.monotonic() - t0) * 1000:.0f} ms after the exit: {st}", flush=True)
+        last = st
+    time.sleep(0.1)
+PY
 sleep 1.5
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after.prom" || fail "no scrape after the workload"
 sleep 2.5 # a refresh after that scrape
@@ -98,5 +114,5 @@ print(("FAIL " if bad else "OK ") + msg + ("; " + "; ".join(bad) if bad else "")
 sys.exit(1 if bad else 0)
 PY
 v=$(tail -n1 "$OUT/verdict.txt")
-[[ $v == OK* ]] || fail "${v#FAIL }"
+[[ $v == OK* ]] || fail "${v#FAIL }; states after the exit: $(tr '\n' ';' <"$OUT/exit_states.txt")"
 pass "the agent ran its own bridge; ${v#OK }"
