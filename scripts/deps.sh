@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev libzstd-dev
       libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev libgtest-dev libbenchmark-dev
       python3 util-linux libcap2-bin
+      # the DRM uapi header the ioctl decoder is tested against
+      libdrm-dev
       # the agent's tests: a real Prometheus scrape and promtool check metrics
       prometheus
       # deploy/ checks: promtool (above), systemd-analyze; node below

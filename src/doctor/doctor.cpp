@@ -11,6 +11,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/loadable.h"
 #include "core/bpf.h"
@@ -263,6 +265,14 @@ void check_nvidia(Doctor& d) {
     bool loaded = exists(std::string("/sys/module/") + m);
     d.add(S, m, loaded, loaded ? "kernel module loaded" : "kernel module not loaded");
   }
+  // DRM nodes: ioctl counts their calls beside /dev/nvidia*'s where there are any.
+  std::vector<std::string> dri;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator("/dev/dri", ec)) dri.push_back(e.path().filename().string());
+  std::sort(dri.begin(), dri.end());
+  d.add(S, "dri", !dri.empty(),
+        dri.empty() ? "no /dev/dri: no DRM device nodes, ioctl sees NVIDIA's only"
+                    : fmt::format("/dev/dri: {}", fmt::join(dri, " ")));
 }
 
 struct Library {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-/* gpuscope ioctl: ioctl and mmap calls on NVIDIA device nodes, counted per (pid, device,
- * request). Every ioctl on the host passes through here, so the filter comes first and
- * stays cheap: fd -> file -> inode, and a char device with an NVIDIA major, or nothing. */
+/* gpuscope ioctl: ioctl and mmap calls on NVIDIA and DRM device nodes, counted per (pid,
+ * device, request). Every ioctl on the host passes through here, so the filter comes first
+ * and stays cheap: fd -> file -> inode, and a char device with an NVIDIA or DRM major, or
+ * nothing. */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
@@ -74,10 +75,10 @@ __s64 pending_opens = 0;
 
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
-/* The device behind fd when it is an NVIDIA character device, else 0. This runs on every
+/* The device behind fd when it is an NVIDIA or DRM character device, else 0. This runs on every
  * ioctl of the host, so it walks task -> files -> fdtable -> file -> inode with direct BTF
  * loads (one helper call, for the fd slot) instead of a probe-read per hop. */
-static __always_inline __u32 nv_rdev(__u64 fd)
+static __always_inline __u32 gpu_rdev(__u64 fd)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct files_struct *files = task->files;
@@ -95,7 +96,7 @@ static __always_inline __u32 nv_rdev(__u64 fd)
 		return 0;
 	__u32 rdev = inode->i_rdev;
 	__u32 major = rdev >> GS_KDEV_MINORBITS;
-	if (major == GS_NV_MAJOR || (uvm_major && major == uvm_major))
+	if (major == GS_NV_MAJOR || major == GS_DRM_MAJOR || (uvm_major && major == uvm_major))
 		return rdev;
 	return 0;
 }
@@ -106,19 +107,20 @@ static __always_inline bool pid_wanted(__u32 pid)
 }
 
 /* NVIDIA requests are _IOC numbers of type 'F' (major 195) or plain integers (nvidia-uvm:
- * small ones and 0x3000000x). Anything else cannot be an NVIDIA call, so most ioctls on the
- * host return here without the fd walk; the rest are still checked by device. */
-static __always_inline bool maybe_nvidia_request(__u32 request)
+ * small ones and 0x3000000x); DRM's are of type 'd', driver-specific ones included. Anything
+ * else cannot be a GPU call, so most ioctls on the host return here without the fd walk; the
+ * rest are still checked by device. */
+static __always_inline bool maybe_gpu_request(__u32 request)
 {
-	return ((request >> 8) & 0xff) == 'F' || request < 0x1000 ||
-	       (request & ~0xfu) == 0x30000000;
+	__u32 type = (request >> 8) & 0xff;
+	return type == 'F' || type == 'd' || request < 0x1000 || (request & ~0xfu) == 0x30000000;
 }
 
 static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
 {
-	if (!maybe_nvidia_request(request))
+	if (!maybe_gpu_request(request))
 		return;
-	__u32 rdev = nv_rdev(fd);
+	__u32 rdev = gpu_rdev(fd);
 	if (!rdev)
 		return;
 	__u64 id = bpf_get_current_pid_tgid();
@@ -186,7 +188,7 @@ static __always_inline void on_ioctl_exit(__s64 ret)
 
 static __always_inline void on_mmap(__u64 fd, __u64 len)
 {
-	__u32 rdev = nv_rdev(fd);
+	__u32 rdev = gpu_rdev(fd);
 	if (!rdev)
 		return;
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
@@ -214,7 +216,7 @@ static __always_inline void on_open_exit(__s64 fd)
 {
 	if (fd < 0)
 		return;
-	__u32 rdev = nv_rdev(fd);
+	__u32 rdev = gpu_rdev(fd);
 	if (!rdev)
 		return;
 	__u64 now = bpf_ktime_get_boot_ns();

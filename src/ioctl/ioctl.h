@@ -6,6 +6,7 @@
 #endif
 
 #define GS_NV_MAJOR 195
+#define GS_DRM_MAJOR 226     /* /dev/dri/card*, renderD* */
 #define GS_KDEV_MINORBITS 20 /* the kernel's dev_t: major << 20 | minor */
 
 struct gs_ioctl_key {

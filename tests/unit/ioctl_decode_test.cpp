@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
+#include <libdrm/drm.h>
 #include <sys/ioctl.h>
+
+#include <fstream>
+#include <regex>
+#include <string>
 
 #include "ioctl/decode.h"
 
@@ -54,4 +59,44 @@ TEST(IoctlDecode, DeviceNamesAndUvmMajor) {
   EXPECT_EQ(parse_uvm_major("Character devices:\n  1 mem\n\nBlock devices:\n509 nvidia-uvm\n"), 0u)
       << "a block device of that name does not count";
   EXPECT_EQ(parse_uvm_major(""), 0u);
+}
+
+// Every DRM request the installed uapi header (libdrm-dev's drm.h) defines is named as the
+// header names it, at the header's own number; the compiled macros of a few check whole
+// request words. A driver's own requests (0x40-0x9f) are DRM_DRIVER_0xNN; NVIDIA escapes on a
+// DRM node and DRM requests on an NVIDIA node are neither.
+TEST(IoctlDecode, DrmRequestsNamedFromTheUapiHeader) {
+  std::ifstream h(DRM_HEADER);
+  ASSERT_TRUE(h) << DRM_HEADER;
+  const std::regex def(R"(^#define\s+DRM_IOCTL_(\w+)\s+DRM_IO[WR]*\s*\(\s*(0x[0-9a-fA-F]+))");
+  size_t defined = 0;
+  for (std::string line; std::getline(h, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, def)) continue;
+    defined++;
+    const unsigned nr = std::stoul(m[2].str(), nullptr, 16);
+    EXPECT_EQ(decode_ioctl(226, 0, _IOWR('d', nr, char[8])).name, "DRM_IOCTL_" + m[1].str()) << line;
+  }
+  EXPECT_GE(defined, 100u) << "DRM_IOCTL_ definitions read from " << DRM_HEADER;
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOCTL_VERSION).name, "DRM_IOCTL_VERSION");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOCTL_GEM_CLOSE).name, "DRM_IOCTL_GEM_CLOSE");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOCTL_PRIME_HANDLE_TO_FD).name, "DRM_IOCTL_PRIME_HANDLE_TO_FD");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOCTL_SYNCOBJ_WAIT).name, "DRM_IOCTL_SYNCOBJ_WAIT");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOCTL_MODE_ATOMIC).name, "DRM_IOCTL_MODE_ATOMIC");
+  auto v = decode_ioctl(226, 0, DRM_IOCTL_VERSION);
+  EXPECT_EQ(v.type, unsigned('d'));
+  EXPECT_EQ(v.size, sizeof(struct drm_version));
+  EXPECT_STREQ(ioc_dir_name(v.dir), "rw");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOWR(0x40, char[16])).name, "DRM_DRIVER_0x40");
+  EXPECT_EQ(decode_ioctl(226, 0, DRM_IOW(0x9F, char[8])).name, "DRM_DRIVER_0x9F");
+  EXPECT_EQ(decode_ioctl(226, 0, _IOWR('F', 0x2A, char[32])).name, "") << "an NVIDIA escape on a DRM node";
+  EXPECT_EQ(decode_ioctl(195, 0, DRM_IOCTL_GEM_CLOSE).name, "") << "a DRM request on an NVIDIA node";
+}
+
+TEST(IoctlDecode, DrmDeviceNames) {
+  EXPECT_EQ(nv_device_name(226, 0, 0), "dri/card0");
+  EXPECT_EQ(nv_device_name(226, 1, 0), "dri/card1");
+  EXPECT_EQ(nv_device_name(226, 64, 0), "dri/controlD64");
+  EXPECT_EQ(nv_device_name(226, 128, 0), "dri/renderD128");
+  EXPECT_EQ(nv_device_name(226, 129, 0), "dri/renderD129");
 }
