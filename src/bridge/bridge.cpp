@@ -355,6 +355,7 @@ void Bridge::read_processes(uint64_t now_rt) {
       v.timestamp_ns = now_rt;
       v.used_gpu_memory_bytes = p.used_bytes;
       v.gpu_device = static_cast<uint8_t>(i);
+      v.kinds = p.kinds;
       uint64_t key = (static_cast<uint64_t>(p.pid) << 32) | i;
       if (auto u = putil_max_.find(key); u != putil_max_.end())
         v.sm_util_pct = u->second.smUtil, v.mem_util_pct = u->second.memUtil, v.enc_util_pct = u->second.encUtil,
@@ -410,6 +411,7 @@ void Bridge::publish_processes() {
 void Bridge::write_process_json(uint32_t pid, const gpu_pid_device& v, const gpu_pid& agg) {
   JsonLine j(out_.buf());
   j.str("type", "process").num("tick", ticks_).num("pid", pid).num("device", v.gpu_device);
+  j.boolean("compute", v.kinds & GPU_PROC_COMPUTE).boolean("graphics", v.kinds & GPU_PROC_GRAPHICS);
   j.num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", v.used_gpu_memory_bytes);
   j.num("sm_util_pct", v.sm_util_pct).num("mem_util_pct", v.mem_util_pct).num("enc_util_pct", v.enc_util_pct);
   j.num("dec_util_pct", v.dec_util_pct).num("used_gpu_memory_total_bytes", agg.used_gpu_memory_total_bytes);

@@ -58,6 +58,9 @@ struct gpu_device_metrics {
 };
 
 /* gpu_per_pid_per_device: LRU_HASH, key u64 (pid << 32) | device. */
+#define GPU_PROC_COMPUTE 1  /* in NVML's compute process list */
+#define GPU_PROC_GRAPHICS 2 /* in NVML's graphics process list */
+
 struct gpu_pid_device {
 	__u64 timestamp_ns;
 	__u64 used_gpu_memory_bytes;
@@ -67,7 +70,9 @@ struct gpu_pid_device {
 	__u32 dec_util_pct;
 	__u8 gpu_device;
 	__u8 mig_instance;
-	__u16 pad;
+	/* Ours, in the contract's pad (Inspektor Gadget writes 0): the kinds of context the process
+	 * has on the device, GPU_PROC_COMPUTE | GPU_PROC_GRAPHICS; 0 from a bridge that does not say. */
+	__u16 kinds;
 	__u32 reserved; /* explicit tail padding, written 0 */
 };
 

@@ -131,7 +131,7 @@ GPU_BRIDGE_PD(enc_util_pct, enc_util_pct);
 GPU_BRIDGE_PD(dec_util_pct, dec_util_pct);
 GPU_BRIDGE_PD(gpu_device, gpu_device);
 GPU_BRIDGE_PD(mig_instance, mig_instance);
-GPU_BRIDGE_PD(pad, _pad);
+GPU_BRIDGE_PD(kinds, _pad);
 _Static_assert(sizeof(struct gpu_pid_metrics_aggregated) == sizeof(struct ours_gpu_pid),
                "gpu_pid_metrics_aggregated");
 GPU_BRIDGE_AG(timestamp_ns, timestamp_ns);

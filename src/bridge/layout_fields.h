@@ -27,7 +27,7 @@
   F(gpu_pid_device, timestamp_ns, 0) F(gpu_pid_device, used_gpu_memory_bytes, 8)                       \
   F(gpu_pid_device, sm_util_pct, 16) F(gpu_pid_device, mem_util_pct, 20)                               \
   F(gpu_pid_device, enc_util_pct, 24) F(gpu_pid_device, dec_util_pct, 28)                              \
-  F(gpu_pid_device, gpu_device, 32) F(gpu_pid_device, mig_instance, 33) F(gpu_pid_device, pad, 34)     \
+  F(gpu_pid_device, gpu_device, 32) F(gpu_pid_device, mig_instance, 33) F(gpu_pid_device, kinds, 34)     \
   F(gpu_pid_device, reserved, 36)                                                                      \
   S(gpu_pid, 32)                                                                                       \
   F(gpu_pid, timestamp_ns, 0) F(gpu_pid, used_gpu_memory_total_bytes, 8) F(gpu_pid, sm_util_pct_max, 16) \

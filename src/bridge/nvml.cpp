@@ -54,7 +54,8 @@ Library::Library(const std::string& path) {
        "nvmlDeviceGetPcieThroughput", a.encoder, "nvmlDeviceGetEncoderUtilization", a.decoder,
        "nvmlDeviceGetDecoderUtilization", a.fan, "nvmlDeviceGetFanSpeed", a.compute_mode, "nvmlDeviceGetComputeMode",
        a.ecc, "nvmlDeviceGetTotalEccErrors", a.samples, "nvmlDeviceGetSamples", a.processes,
-       "nvmlDeviceGetComputeRunningProcesses_v3", a.process_utilization, "nvmlDeviceGetProcessUtilization");
+       "nvmlDeviceGetComputeRunningProcesses_v3", a.process_utilization, "nvmlDeviceGetProcessUtilization",
+       a.graphics_processes, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   if (!a.event_reasons) bind(dl_, a.event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
 
   auto fail = [&](const char* what, Return r) {
@@ -87,25 +88,38 @@ Library::~Library() {
 
 void Library::processes(Device d, std::vector<Proc>& out) {
   out.clear();
-  if (!api_.processes) return;
-  unsigned n = static_cast<unsigned>(infos_.size());
-  Return r;
-  // The list can grow between the size query and the read: retry with the new size.
-  for (int attempt = 0; attempt < 4; attempt++) {
-    n = static_cast<unsigned>(infos_.size());
-    r = api_.processes(d, &n, infos_.data());
-    if (r != kInsufficientSize) break;
-    infos_.resize(n + 16);
-  }
-  if (r != kSuccess) return;
-  for (unsigned i = 0; i < n; i++) {
-    auto& p = infos_[i];
-    uint64_t mem = p.usedGpuMemory == kValueNotAvailable ? 0 : p.usedGpuMemory;
-    bool merged = false;
-    for (auto& q : out)
-      if (q.pid == p.pid) q.used_bytes += mem, merged = true;
-    if (!merged) out.push_back({p.pid, mem});
-  }
+  // One list, each pid once with its memory summed over MIG instances; then merged into `out`.
+  auto read = [&](Return (*list)(Device, unsigned*, ProcessInfo*), uint16_t kind) {
+    if (!list) return;
+    unsigned n = 0;
+    Return r = kInsufficientSize;
+    // The list can grow between the size query and the read: retry with the new size.
+    for (int attempt = 0; attempt < 4; attempt++) {
+      n = static_cast<unsigned>(infos_.size());
+      r = list(d, &n, infos_.data());
+      if (r != kInsufficientSize) break;
+      infos_.resize(n + 16);
+    }
+    if (r != kSuccess) return;
+    one_.clear();
+    for (unsigned i = 0; i < n; i++) {
+      auto& p = infos_[i];
+      uint64_t mem = p.usedGpuMemory == kValueNotAvailable ? 0 : p.usedGpuMemory;
+      bool merged = false;
+      for (auto& q : one_)
+        if (q.pid == p.pid) q.used_bytes += mem, merged = true;
+      if (!merged) one_.push_back({p.pid, mem, kind});
+    }
+    // A process with both kinds of context is in both lists, each with its whole memory.
+    for (auto& p : one_) {
+      bool merged = false;
+      for (auto& q : out)
+        if (q.pid == p.pid) q.used_bytes = std::max(q.used_bytes, p.used_bytes), q.kinds |= kind, merged = true;
+      if (!merged) out.push_back(p);
+    }
+  };
+  read(api_.processes, GPU_PROC_COMPUTE);
+  read(api_.graphics_processes, GPU_PROC_GRAPHICS);
 }
 
 void Library::utilization_samples(Device d, uint64_t last_seen_us, std::vector<Sample>& out, int* value_type) {

@@ -75,12 +75,14 @@ struct Api {
   Return (*ecc)(Device, int error_type, int counter_type, unsigned long long*);
   Return (*samples)(Device, int type, unsigned long long last_seen, int* value_type, unsigned* count, Sample*);
   Return (*processes)(Device, unsigned*, ProcessInfo*);
+  Return (*graphics_processes)(Device, unsigned*, ProcessInfo*);
   Return (*process_utilization)(Device, ProcessUtilizationSample*, unsigned* count, unsigned long long last_seen);
 };
 
 struct Proc {
   uint32_t pid;
   uint64_t used_bytes;  // 0 when NVML cannot say
+  uint16_t kinds;       // GPU_PROC_COMPUTE | GPU_PROC_GRAPHICS
 };
 
 // Throws UsageError when the file `name` resolves to is there but damaged (truncated, not ELF):
@@ -97,7 +99,8 @@ class Library {
 
   const Api& api() const { return api_; }
   const std::vector<Device>& devices() const { return devices_; }
-  // Compute processes on a device (memory summed over MIG instances of one pid).
+  // Compute and graphics processes on a device, each pid once with the kinds of list it is in
+  // (memory summed over MIG instances of one pid, the larger of the two lists' figures).
   void processes(Device d, std::vector<Proc>& out);
   // Utilization samples newer than last_seen_us; empty when unsupported.
   void utilization_samples(Device d, uint64_t last_seen_us, std::vector<Sample>& out, int* value_type);
@@ -110,6 +113,7 @@ class Library {
   Api api_{};
   std::vector<Device> devices_;
   std::vector<ProcessInfo> infos_;
+  std::vector<Proc> one_;  // one list's processes, merged
 };
 
 }  // namespace gpuscope::nvml

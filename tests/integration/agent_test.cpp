@@ -1502,6 +1502,8 @@ TEST(Agent, ProcessGpuUtilizationFromTheBridge) {
   EXPECT_EQ(mine["gpus"][0]["gpu"], 0);
   EXPECT_EQ(mine["gpus"][0]["sm_utilization_ratio"], 0.42);
   EXPECT_EQ(mine["gpus"][0]["memory_used_bytes"], 1048576);
+  EXPECT_EQ(mine["gpus"][0]["compute"], true);
+  EXPECT_EQ(mine["gpus"][0]["graphics"], false);
   live.signal(SIGUSR1);
   EXPECT_EQ(live.wait(20), 0) << live.err();
   // NVML goes on listing the process for a while after its exit (the H200's driver does for

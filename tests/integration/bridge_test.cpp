@@ -213,7 +213,7 @@ TEST(BridgeLayout, EveryPublishedFieldMatchesNvml) {
     for (size_t off : {16, 20, 24, 28}) EXPECT_EQ(at<uint32_t>(raw, off), 0u) << "no per-process samples: 0";
     EXPECT_EQ(raw[32], w.dev);
     EXPECT_EQ(raw[33], 0) << "mig_instance";
-    EXPECT_EQ(at<uint16_t>(raw, 34), 0);
+    EXPECT_EQ(at<uint16_t>(raw, 34), GPU_PROC_COMPUTE) << "kinds: in the compute list only";
     EXPECT_EQ(at<uint32_t>(raw, 36), 0u) << "reserved tail";
   }
   {
@@ -481,6 +481,47 @@ TEST(BridgeLifecycle, PidLeavingTheProcessListLeavesTheMaps) {
   EXPECT_EQ(v.gpu_device_primary, 0) << "now on one device";
   EXPECT_EQ(v.device_count, 1);
   EXPECT_EQ(v.used_gpu_memory_total_bytes, 1048576u);
+}
+
+// NVML lists graphics contexts (Vulkan, OpenGL) apart from compute ones: a graphics-only
+// process is published like any other, each (pid, device) with the kinds of list it is in
+// (kinds, in the contract's pad), a process in both once with the larger memory figure.
+TEST(BridgeProcesses, GraphicsProcessesArePublishedWithTheirKind) {
+  PinDir d;
+  StandinFile f;
+  f.write(
+      "device 0 util 10 memutil 1 mem_total 85899345920 mem_free 1 mem_used 1 mem_reserved 0 temp 30 power 1 "
+      "smclk 1 memclk 1 throttle 0 pcie_tx 0 pcie_rx 0 enc 0 dec 0 fan 0 compute_mode 0 ecc_corr 0 ecc_uncorr 0\n"
+      "process 0 1234 1048576\n"
+      "gprocess 0 888 4194304\n"
+      "process 0 4321 2097152\n"
+      "gprocess 0 4321 2097152\n");
+  Bridge b(d, f, {"--json"});
+  wait_ticks(d, 2);
+  struct Want {
+    uint32_t pid;
+    uint64_t bytes;
+    uint16_t kinds;
+  };
+  for (Want w : {Want{1234, 1048576, GPU_PROC_COMPUTE}, Want{888, 4194304, GPU_PROC_GRAPHICS},
+                 Want{4321, 2097152, GPU_PROC_COMPUTE | GPU_PROC_GRAPHICS}}) {
+    gpu_pid_device pd{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID_PER_DEVICE), uint64_t{w.pid} << 32, &pd)) << w.pid;
+    EXPECT_EQ(pd.kinds, w.kinds) << w.pid;
+    EXPECT_EQ(pd.used_gpu_memory_bytes, w.bytes) << w.pid;
+    gpu_pid agg{};
+    ASSERT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), w.pid, &agg)) << w.pid;
+    EXPECT_EQ(agg.used_gpu_memory_total_bytes, w.bytes) << w.pid;
+    EXPECT_EQ(agg.device_count, 1) << w.pid;
+  }
+  b.p.signal(SIGTERM);
+  ASSERT_EQ(b.p.wait(10), 0) << b.p.err();
+  std::map<uint32_t, std::pair<bool, bool>> seen;
+  for (auto& j : lines_of(b.p.out(), "process")) seen[j["pid"]] = {j["compute"], j["graphics"]};
+  EXPECT_EQ(seen[1234], std::make_pair(true, false));
+  EXPECT_EQ(seen[888], std::make_pair(false, true));
+  EXPECT_EQ(seen[4321], std::make_pair(true, true));
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 TEST(BridgeBadInput, OneLineExitTwoNothingPinned) {

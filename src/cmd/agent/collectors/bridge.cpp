@@ -124,6 +124,7 @@ class BridgeAgent final : public AgentCollector {
     for (auto& [gpu, g] : *gpus) {
       j.begin_object().num("gpu", gpu).real("sm_utilization_ratio", g.sm_util_pct / 100.0, 2);
       j.real("memory_utilization_ratio", g.mem_util_pct / 100.0, 2).num("memory_used_bytes", g.used_gpu_memory_bytes);
+      j.boolean("compute", g.kinds & GPU_PROC_COMPUTE).boolean("graphics", g.kinds & GPU_PROC_GRAPHICS);
       j.end_object();
     }
     j.end_array();
