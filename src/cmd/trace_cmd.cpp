@@ -40,6 +40,7 @@ class TraceView {
       format_event_json(e, fmt_, out_.buf());
     else
       format_event_table(e, fmt_, out_.buf());
+    out_.flush_if_full();
   }
   void flush() { out_.flush(); }
   void summary(const TraceCollector::Stats& t, const SessionStats& s) {

@@ -94,6 +94,8 @@ void Writer::flush() {
     left -= static_cast<size_t>(n);
   }
   buf_.clear();
+  // A burst (a full ring buffer drained at once) grows the buffer; its capacity would stay.
+  if (buf_.capacity() > kMaxKeptBytes) buf_ = fmt::memory_buffer();
 }
 
 void Table::header(fmt::memory_buffer& out) const {

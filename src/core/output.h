@@ -172,8 +172,13 @@ class JsonLine {
 // Writes buffered output to stdout in large chunks; flushes at the end of each poll round.
 class Writer {
  public:
+  static constexpr size_t kMaxKeptBytes = 1 << 20;  // capacity kept across flushes
   fmt::memory_buffer& buf() { return buf_; }
   void flush();
+  // Writes out once kMaxKeptBytes / 4 are buffered: a stream of lines holds at most that much.
+  void flush_if_full() {
+    if (buf_.size() >= kMaxKeptBytes / 4) flush();
+  }
   ~Writer() { flush(); }
 
  private:
