@@ -5,7 +5,8 @@
 # 2. its ioctl series for a PyTorch process (named gs98torch) equal, request by request, what
 #    `gpuscope ioctl` counted for it over the same life, after it has exited; its per-process
 #    series follow the agent's one rule for exited processes (docs/agent.md, Bounded
-#    cardinality): the first scrape after the exit has their final values, the next has none;
+#    cardinality): the first scrape after the agent took it for exited has their final values,
+#    the next after that refresh none;
 # 3. a thread burning CPU while the process's GPU sits idle shows in
 #    gpuscope_starvation_cpu_seconds_total and in /api/starvation/folded.
 # Needs in tests/gpu/bin: nothing but the gpuscope binary (python3, torch and curl on the host).
@@ -44,25 +45,38 @@ curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/during.prom" || true
 curl -sf "http://127.0.0.1:$PORT/api/starvation/folded" >"$OUT/folded.txt" || true
 wait_exit "$WL" 30
 [[ $WAIT_RC == 0 ]] || fail "workload exited with $WAIT_RC: $(tail -c 400 "$OUT/workload.out")"
-# When the agent takes the process for exited: /api/processes every 0.1 s (it is not a scrape).
-python3 - "$PORT" "$(awk '/^pid/ {print $2}' "$OUT/workload.out")" >"$OUT/exit_states.txt" 2>&1 <<'PY' &
+# The agent takes the process for exited at its next refresh: every --interval, or every 16th
+# one while its governor holds it at level 3 (round 11: CPU 5 % over the default 2 %, so up to
+# 3.2 s after the exit). /api/processes (not a scrape) is read every 0.1 s until then; the first
+# scrape after it must have the final values, and once the refresh after that scrape has folded
+# the process, the next scrape none.
+# state_until WANT: the pid's state in /api/processes until it is WANT (or 15 s), each change
+# with the time since the exit, into exit_states.txt.
+WPID=$(awk '/^pid/ {print $2}' "$OUT/workload.out")
+T_EXIT=$(date +%s.%N)
+state_until() {
+  python3 - "$PORT" "$WPID" "$1" "$T_EXIT" >>"$OUT/exit_states.txt" 2>&1 <<'PY'
 import json, sys, time, urllib.request
-port, pid, t0 = sys.argv[1], int(sys.argv[2]), time.monotonic()
-last = None
-while time.monotonic() - t0 < 4.5:
+port, pid, want, t0 = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+last, end = None, time.time() + 15
+while time.time() < end:
     try:
         ps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/processes", timeout=1))["processes"]
         st = next((p.get("state") for p in ps if p.get("pid") == pid), "absent")
     except Exception as e:
         st = f"error {e}"
     if st != last:
-        print(f"{(time.monotonic() - t0) * 1000:.0f} ms after the exit: {st}", flush=True)
+        print(f"{(time.time() - t0) * 1000:.0f} ms after the exit: {st}", flush=True)
         last = st
+    if st == want:
+        sys.exit(0)
     time.sleep(0.1)
+sys.exit(1)
 PY
-sleep 1.5
+}
+state_until exited || fail "the agent did not take the exited process for exited within 15 s: $(tr '\n' ';' <"$OUT/exit_states.txt")"
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after.prom" || fail "no scrape after the workload"
-sleep 2.5 # a refresh after that scrape
+state_until absent || fail "the exited process was not folded after a scrape had its final values: $(tr '\n' ';' <"$OUT/exit_states.txt")"
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/after2.prom" || fail "no second scrape after the workload"
 curl -sf "http://127.0.0.1:$PORT/api/health" >"$OUT/health.json" || true
 term_wait "$IO"
