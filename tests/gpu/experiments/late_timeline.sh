@@ -5,7 +5,6 @@
 # with GPUSCOPE_CUPTI_API_KINDS=1. Prints each summary line, spans per second and the library's
 # messages. Issue 24, item 2: which way gives launch arrows when CUPTI is set up late.
 cd "$(dirname "$0")/.." && G=bin/gpuscope
-G=bin/gpuscope
 O=${1:-/tmp/late}
 mkdir -p "$O"
 for arm in plain kinds; do
