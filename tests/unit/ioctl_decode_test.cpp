@@ -53,6 +53,9 @@ TEST(IoctlDecode, DeviceNamesAndUvmMajor) {
   EXPECT_EQ(nv_device_name(195, 0, 0), "nvidia0");
   EXPECT_EQ(nv_device_name(508, 0, 508), "nvidia-uvm");
   EXPECT_EQ(nv_device_name(508, 1, 508), "nvidia-uvm-tools");
+  EXPECT_EQ(nv_device_name(226, 0, 0), "dri/card0");
+  EXPECT_EQ(nv_device_name(226, 64, 0), "dri/controlD64");
+  EXPECT_EQ(nv_device_name(226, 128, 0), "dri/renderD128");
   EXPECT_EQ(parse_uvm_major("Character devices:\n  1 mem\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n"
                             "  8 sd\n"),
             508u);
@@ -91,12 +94,4 @@ TEST(IoctlDecode, DrmRequestsNamedFromTheUapiHeader) {
   EXPECT_EQ(decode_ioctl(226, 0, DRM_IOW(0x9F, char[8])).name, "DRM_DRIVER_0x9F");
   EXPECT_EQ(decode_ioctl(226, 0, _IOWR('F', 0x2A, char[32])).name, "") << "an NVIDIA escape on a DRM node";
   EXPECT_EQ(decode_ioctl(195, 0, DRM_IOCTL_GEM_CLOSE).name, "") << "a DRM request on an NVIDIA node";
-}
-
-TEST(IoctlDecode, DrmDeviceNames) {
-  EXPECT_EQ(nv_device_name(226, 0, 0), "dri/card0");
-  EXPECT_EQ(nv_device_name(226, 1, 0), "dri/card1");
-  EXPECT_EQ(nv_device_name(226, 64, 0), "dri/controlD64");
-  EXPECT_EQ(nv_device_name(226, 128, 0), "dri/renderD128");
-  EXPECT_EQ(nv_device_name(226, 129, 0), "dri/renderD129");
 }
