@@ -1,7 +1,6 @@
 #include "ioctl/decode.h"
 
-#include <fmt/format.h>
-
+#include <cstdio>
 #include <sstream>
 
 #include "ioctl/ioctl.h"
@@ -258,9 +257,11 @@ IoctlRequest decode_ioctl(unsigned major, unsigned uvm_major, uint32_t request) 
   if (major == 195 && r.type == 'F')
     if (const char* n = lookup(kNvEscapes, r.nr)) r.name = n;
   if (major == GS_DRM_MAJOR && r.type == 'd') {
-    if (r.nr >= 0x40 && r.nr < 0xA0)
-      r.name = fmt::format("DRM_DRIVER_0x{:02X}", r.nr);
-    else if (const char* n = lookup(kDrm, r.nr))
+    if (r.nr >= 0x40 && r.nr < 0xA0) {
+      char name[24];
+      snprintf(name, sizeof name, "DRM_DRIVER_0x%02X", r.nr);
+      r.name = name;
+    } else if (const char* n = lookup(kDrm, r.nr))
       r.name = n;
   }
   return r;
