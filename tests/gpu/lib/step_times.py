@@ -4,17 +4,23 @@ import json
 import statistics
 
 
-def by_mode(steps_path, modes_path):
-    """{arm: [step ms, ...]} of the workload's ROUND lines, each round's arm from the "ROUND ARM"
-    lines of modes_path; a round without one is left out."""
+def rounds(steps_path, modes_path):
+    """(round, arm, [step ms, ...]) of each of the workload's ROUND lines, its arm from the
+    "ROUND ARM" lines of modes_path; a round without one is left out."""
     modes = dict(l.split() for l in open(modes_path))
-    by = {}
     for line in open(steps_path):
         if line.startswith("ROUND "):
             j = json.loads(line[6:])
             m = modes.get(str(j["round"]))
             if m:
-                by.setdefault(m, []).extend(j["step_ms"])
+                yield j["round"], m, j["step_ms"]
+
+
+def by_mode(steps_path, modes_path):
+    """{arm: [step ms, ...]} over every round of each arm."""
+    by = {}
+    for _, m, ms in rounds(steps_path, modes_path):
+        by.setdefault(m, []).extend(ms)
     return by
 
 
@@ -28,14 +34,10 @@ def median(v):
 
 def round_medians(steps_path, modes_path):
     """{arm: [(round, median step ms of the round), ...]}."""
-    modes = dict(l.split() for l in open(modes_path))
     out = {}
-    for line in open(steps_path):
-        if line.startswith("ROUND "):
-            j = json.loads(line[6:])
-            m = modes.get(str(j["round"]))
-            if m and j["step_ms"]:
-                out.setdefault(m, []).append((j["round"], statistics.median(j["step_ms"])))
+    for r, m, ms in rounds(steps_path, modes_path):
+        if ms:
+            out.setdefault(m, []).append((r, statistics.median(ms)))
     return out
 
 
