@@ -179,6 +179,13 @@ class MemAgent {
     p_->signal(SIGINT);
     return p_->wait(30);
   }
+  // A sample's value in /metrics (the whole series name, labels included), or -1.
+  double metric(const std::string& series) {
+    std::istringstream in(http_get(port_, "/metrics"));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+    return -1;
+  }
 
  private:
   std::string dir_;
@@ -326,6 +333,12 @@ TEST(Memory, AgentThreeCopiesWithinBoundsAndGivenBackAfterExit) {
   Mem idle = mem_of(a.proc().pid());
   auto apps = start_apps(3);
   Mem busy = agent_names_all(a, apps);
+  // Its own account of it: one table per copy, 12 bytes a symbol, on the heap it reports.
+  const double tables = a.metric("gpuscope_symbol_tables"), bytes = a.metric("gpuscope_symbol_table_bytes");
+  EXPECT_EQ(tables, 3);
+  EXPECT_GE(bytes, 3 * 500'000 * 12);
+  EXPECT_LE(bytes, 3 * 600'000 * 12);
+  EXPECT_GE(a.metric("gpuscope_heap_bytes{state=\"in_use\"}"), bytes);
   for (auto& app : apps) EXPECT_EQ(app->stop(), 0) << app->p.err();
   Mem after;
   bool back = wait_until(
@@ -334,6 +347,9 @@ TEST(Memory, AgentThreeCopiesWithinBoundsAndGivenBackAfterExit) {
         return after.anon_kb <= idle.anon_kb + 4096;
       },
       15);
+  EXPECT_TRUE(wait_until([&] { return a.metric("gpuscope_symbol_tables") == 0; }, 15))
+      << a.metric("gpuscope_symbol_tables") << " tables still held after the processes exited";
+  EXPECT_EQ(a.metric("gpuscope_symbol_table_bytes"), 0);
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
   expect_bounded(busy, "agent --collectors kernels, three copies");
   testing::Test::RecordProperty("idle", describe(idle));
