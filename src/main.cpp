@@ -1,7 +1,5 @@
 #include <CLI/CLI.hpp>
 
-#include <malloc.h>
-
 #include <cstdio>
 
 #include "core/cli.h"
@@ -22,15 +20,6 @@ GPUSCOPE_COMMANDS(GPUSCOPE_DECLARE)
 using namespace gpuscope;
 
 int main(int argc, char** argv) {
-  // glibc raises its mmap threshold to the largest block freed (up to 32 MiB); past that, big
-  // transient buffers (ELF sections read at discovery, symbol tables) come from the heap and
-  // stay resident after they are freed. A fixed threshold keeps blocks over 4 MiB mmapped, so
-  // freeing gives them back; smaller ones (a refresh's rendered metrics) stay on the heap, where
-  // reusing them costs no page faults (256 KiB cost an idle agent 7 % of a core), and the
-  // session trims the heap every 10 s. Two arenas, not one per thread that allocates.
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  mallopt(M_TRIM_THRESHOLD, 8 << 20);
-  mallopt(M_ARENA_MAX, 2);
   CLI::App app{"gpuscope: eBPF observability for CUDA workloads"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuscope 0.1.0");

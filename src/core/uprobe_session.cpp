@@ -1,6 +1,5 @@
 #include "core/uprobe_session.h"
 
-#include <malloc.h>
 #include <bpf/bpf.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -388,12 +387,6 @@ void UprobeSession::refresh() {
   bool first = next_full_ == EventLoop::Clock::time_point{};
   next_full_ = now + (fast ? std::chrono::milliseconds(400) : full_period_);
   if (!first) rescan(nullptr);
-  // Scans read large files and /proc entries and let them go: malloc keeps the freed pages
-  // inside its heap (11.6 MB of the agent's 24 MB heap beside PyTorch on the H200) until trimmed.
-  if (now >= next_trim_) {
-    next_trim_ = now + std::chrono::seconds(10);
-    malloc_trim(0);
-  }
 }
 
 void UprobeSession::rescan_noticed() {

@@ -173,7 +173,6 @@ class UprobeSession {
   SessionStats stats_;
   bool event_driven_ = false;
   EventLoop::Clock::time_point next_full_{};
-  EventLoop::Clock::time_point next_trim_{};  // when malloc_trim runs next
   std::chrono::milliseconds full_period_{5000};
 };
 
