@@ -352,10 +352,14 @@ void add_process_metrics(PromSet& m) {
 // Where the agent's resident memory goes, beside process_resident_memory_bytes.
 void add_memory_metrics(PromSet& m) {
   struct mallinfo2 mi = mallinfo2();
-  m.family("gpuscope_heap_bytes", T::gauge,
-           "The agent's malloc heap: in use, and free but not given back to the system");
-  m.add("gpuscope_heap_bytes", {{"state", "in_use"}}, static_cast<double>(mi.uordblks + mi.hblkhd));
-  m.add("gpuscope_heap_bytes", {{"state", "free"}}, static_cast<double>(mi.fordblks));
+  // An allocator other than glibc's (ASAN's, a preloaded one) answers mallinfo2 with zeros:
+  // no series then, rather than a heap of 0 bytes.
+  if (mi.arena != 0 || mi.hblkhd != 0) {
+    m.family("gpuscope_heap_bytes", T::gauge,
+             "The agent's malloc heap: in use, and free but not given back to the system");
+    m.add("gpuscope_heap_bytes", {{"state", "in_use"}}, static_cast<double>(mi.uordblks + mi.hblkhd));
+    m.add("gpuscope_heap_bytes", {{"state", "free"}}, static_cast<double>(mi.fordblks));
+  }
   m.family("gpuscope_symbol_tables", T::gauge,
            "ELF symbol tables held (one per library file mapped by a traced process)");
   m.add("gpuscope_symbol_tables", {}, static_cast<double>(SymbolTable::live()));
