@@ -9,7 +9,7 @@
 // clang-format off
 #define GPUSCOPE_COMMANDS(X) \
   X(trace) X(latency) X(kernels) X(memleak) X(ioctl) X(uvm) X(starvation) X(bridge) X(doctor) X(agent) \
-  X(timeline) X(run)
+  X(timeline) X(run) X(frames)
 // clang-format on
 
 namespace gpuscope {

@@ -117,20 +117,28 @@ std::vector<Discovery::Loader> Discovery::take_new_loaders() {
   return out;
 }
 
-std::vector<CudaObject> Discovery::scan_ld_cache() {
-  std::vector<CudaObject> found;
+std::vector<LdCacheEntry> ld_cache_entries() {
+  std::vector<LdCacheEntry> out;
   FILE* p = popen("ldconfig -p 2>/dev/null", "re");
-  if (!p) return found;
+  if (!p) return out;
   char line[4096];
   static const std::regex re(R"(^\s*(\S+) \(([^)]*)\) => (\S+))");
   while (fgets(line, sizeof line, p)) {
     std::cmatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    if (!looks_like_cuda_library(m[1].str()) || m[2].str().find("x86-64") == std::string::npos) continue;
-    auto obj = consider(m[3].str(), m[3].str(), 0);
-    if (obj) found.push_back(std::move(*obj));
+    if (std::regex_search(line, m, re) && m[2].str().find("x86-64") != std::string::npos)
+      out.push_back({m[1].str(), m[3].str()});
   }
   pclose(p);
+  return out;
+}
+
+std::vector<CudaObject> Discovery::scan_ld_cache() {
+  std::vector<CudaObject> found;
+  for (auto& e : ld_cache_entries()) {
+    if (!looks_like_cuda_library(e.name)) continue;
+    auto obj = consider(e.path, e.path, 0);
+    if (obj) found.push_back(std::move(*obj));
+  }
   return found;
 }
 

@@ -37,6 +37,13 @@ struct CudaObject {
 // says it is attached (or has failed kMaxAttempts times): a process that exits between the scan
 // and the attach must not hide its library from every later process. `wanted` decides which
 // symbol names count.
+// The dynamic linker's cache (ldconfig -p): its x86-64 libraries, by name and path.
+struct LdCacheEntry {
+  std::string name;  // libvulkan.so.1
+  std::string path;
+};
+std::vector<LdCacheEntry> ld_cache_entries();
+
 class Discovery {
  public:
   using Wanted = ElfSymbols::Filter;

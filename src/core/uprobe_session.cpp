@@ -170,13 +170,14 @@ const ElfSymbols* UprobeSession::attach_library_file(Library& lib, const std::st
   std::vector<Placement> ps;
   for (auto& s : lib.client.sites) {
     const ElfSymbol* sym = syms->find(s.symbol);
+    if (!sym && s.optional) continue;
     if (!sym) {
       *err = "not the library: no " + s.symbol;
       return nullptr;  // stays null: the file has no such site
     }
     UprobeMultiTarget t;
     t.offsets = {sym->file_offset};
-    t.cookies = {0};
+    t.cookies = {s.cookie};
     t.retprobe = s.retprobe;
     ps.push_back({s.prog, false, std::move(t)});
   }

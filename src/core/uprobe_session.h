@@ -45,6 +45,8 @@ struct LibrarySite {
   bpf_program* prog;
   std::string symbol;
   bool retprobe = false;
+  uint64_t cookie = 0;
+  bool optional = false;  // a file without it is still the library
 };
 // A process's copy: where its mapping of file offset 0 starts, and the file's symbols (the sites'
 // and the data symbols the client asked for).

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gpuscope graphics: the calls of Vulkan (its loader's exports), EGL, GLX and GL that shape a
+ * frame, one event each. A frame is a handful of such calls, not thousands as with CUDA
+ * launches: every call goes to user space, which finds frames and what happened inside them.
+ * One entry and one return program serve every site; the attach cookie says which call it is. */
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include "common/events.h"
+#include "common/arch.bpf.h"
+#include "common/scope_filter.bpf.h"
+#include "common/maps.bpf.h"
+#include "graphics/graphics.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+GS_RINGBUF(gs_gfx_events, 1 << 20);
+
+GS_DROP_COUNTERS(gs_gfx_drops, GS_GFX_DROP_COUNT)
+
+/* The entry's state until the return: what the return cannot read any more (out pointers). */
+struct gfx_pending {
+	__u64 start_ns;
+	__u64 object;
+	__u64 size_bytes;
+	__u64 out_ptr; /* VkDeviceMemory* / VkDevice*: read once the call succeeded */
+	__u32 count;
+	__u32 cmd_buffers;
+	__u32 mem_type;
+	__u32 flags;
+};
+
+/* Keyed by thread and call: a thread is in one call of a kind at a time. LRU: a thread killed
+ * inside a call leaves no entry behind for good. */
+GS_MAP_DEF(gfx_pending_calls, BPF_MAP_TYPE_LRU_HASH, GS_GFX_MAX_PENDING, 0, __u64,
+           struct gfx_pending);
+
+/* VkSubmitInfo (72 bytes, commandBufferCount at 40) and VkSubmitInfo2 (64 bytes,
+ * commandBufferInfoCount at 32), from vulkan_core.h. */
+static __always_inline void count_cmd_buffers(struct gfx_pending *p, const void *infos, __u32 n,
+                                              __u32 stride, __u32 offset)
+{
+	if (n > GS_GFX_MAX_SUBMIT_INFOS) {
+		p->flags |= GS_GFX_INFOS_CUT;
+		n = GS_GFX_MAX_SUBMIT_INFOS;
+	}
+	for (__u32 i = 0; i < GS_GFX_MAX_SUBMIT_INFOS; i++) {
+		__u32 c = 0;
+		if (i >= n)
+			break;
+		if (bpf_probe_read_user(&c, sizeof(c), infos + (__u64)i * stride + offset)) {
+			p->flags |= GS_GFX_READ_FAILED;
+			break;
+		}
+		p->cmd_buffers += c;
+	}
+}
+
+SEC("uprobe")
+int gs_gfx_enter(struct pt_regs *ctx)
+{
+	__u64 call = bpf_get_attach_cookie(ctx);
+	__u64 key = (bpf_get_current_pid_tgid() << 32) | call;
+	struct gfx_pending p = {};
+
+	if (!in_scope())
+		return 0;
+	p.start_ns = bpf_ktime_get_boot_ns();
+	switch (call) {
+	case GS_GFX_VK_QUEUE_SUBMIT:  /* (queue, submitCount, pSubmits, fence) */
+	case GS_GFX_VK_QUEUE_SUBMIT2: /* (queue, submitCount, pSubmits, fence) */
+		p.object = PT_REGS_PARM1(ctx);
+		p.count = (__u32)PT_REGS_PARM2(ctx);
+		if (PT_REGS_PARM4(ctx))
+			p.flags |= GS_GFX_FENCE;
+		if (call == GS_GFX_VK_QUEUE_SUBMIT)
+			count_cmd_buffers(&p, (const void *)PT_REGS_PARM3(ctx), p.count, 72, 40);
+		else
+			count_cmd_buffers(&p, (const void *)PT_REGS_PARM3(ctx), p.count, 64, 32);
+		break;
+	case GS_GFX_VK_QUEUE_PRESENT: { /* (queue, pPresentInfo): swapchainCount at 32 */
+		const void *info = (const void *)PT_REGS_PARM2(ctx);
+		p.object = PT_REGS_PARM1(ctx);
+		if (bpf_probe_read_user(&p.count, sizeof(p.count), info + 32))
+			p.flags |= GS_GFX_READ_FAILED;
+		break;
+	}
+	case GS_GFX_VK_WAIT_FOR_FENCES: /* (device, fenceCount, pFences, waitAll, timeout) */
+		p.object = PT_REGS_PARM1(ctx);
+		p.count = (__u32)PT_REGS_PARM2(ctx);
+		break;
+	case GS_GFX_VK_ALLOCATE_MEMORY: { /* (device, pAllocateInfo, pAllocator, pMemory) */
+		/* VkMemoryAllocateInfo: allocationSize at 16, memoryTypeIndex at 24 */
+		const void *info = (const void *)PT_REGS_PARM2(ctx);
+		if (bpf_probe_read_user(&p.size_bytes, sizeof(p.size_bytes), info + 16) ||
+		    bpf_probe_read_user(&p.mem_type, sizeof(p.mem_type), info + 24))
+			p.flags |= GS_GFX_READ_FAILED;
+		p.out_ptr = PT_REGS_PARM4(ctx);
+		break;
+	}
+	case GS_GFX_VK_FREE_MEMORY: /* (device, memory, pAllocator) */
+		p.object = PT_REGS_PARM2(ctx);
+		break;
+	case GS_GFX_VK_CREATE_DEVICE: /* (physicalDevice, pCreateInfo, pAllocator, pDevice) */
+		p.out_ptr = PT_REGS_PARM4(ctx);
+		break;
+	case GS_GFX_EGL_SWAP_BUFFERS: /* (display, surface) */
+	case GS_GFX_GLX_SWAP_BUFFERS: /* (display, drawable) */
+	case GS_GFX_VK_ACQUIRE_IMAGE: /* (device, swapchain, timeout, semaphore, fence, pImageIndex) */
+		p.object = PT_REGS_PARM2(ctx);
+		break;
+	default: /* vkQueueWaitIdle(queue), vkDeviceWaitIdle(device), vkDestroyDevice(device, ...), glFinish() */
+		p.object = PT_REGS_PARM1(ctx);
+		break;
+	}
+	if (bpf_map_update_elem(&gfx_pending_calls, &key, &p, BPF_ANY))
+		count_drop(GS_GFX_DROP_STATE);
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_gfx_exit(struct pt_regs *ctx)
+{
+	__u64 call = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 key = (pid_tgid << 32) | call;
+	struct gfx_pending *p = bpf_map_lookup_elem(&gfx_pending_calls, &key);
+
+	if (!p)
+		return 0;
+	struct gs_gfx_event *e = bpf_ringbuf_reserve(&gs_gfx_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(GS_GFX_DROP_RINGBUF);
+		bpf_map_delete_elem(&gfx_pending_calls, &key);
+		return 0;
+	}
+	e->start_ns = p->start_ns;
+	e->dur_ns = bpf_ktime_get_boot_ns() - p->start_ns;
+	e->object = p->object;
+	e->size_bytes = p->size_bytes;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->call = call;
+	e->count = p->count;
+	e->cmd_buffers = p->cmd_buffers;
+	e->mem_type = p->mem_type;
+	e->flags = p->flags;
+	switch (call) {
+	case GS_GFX_VK_FREE_MEMORY:
+	case GS_GFX_VK_DESTROY_DEVICE:
+	case GS_GFX_GLX_SWAP_BUFFERS:
+	case GS_GFX_GL_FINISH:
+		e->ret = 0; /* void */
+		break;
+	default:
+		e->ret = (__s32)PT_REGS_RC(ctx);
+		break;
+	}
+	/* The handle the call made, once it succeeded (VK_SUCCESS). */
+	if ((call == GS_GFX_VK_ALLOCATE_MEMORY || call == GS_GFX_VK_CREATE_DEVICE) && e->ret == 0 &&
+	    bpf_probe_read_user(&e->object, sizeof(e->object), (const void *)p->out_ptr))
+		e->flags |= GS_GFX_READ_FAILED;
+	bpf_get_current_comm(e->thread, sizeof(e->thread));
+	bpf_map_delete_elem(&gfx_pending_calls, &key);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
