@@ -6,6 +6,8 @@ pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev z
       python3 util-linux libcap2-bin
       # the DRM uapi header the ioctl decoder is tested against
       libdrm-dev
+      # the graphics fixtures: Vulkan on lavapipe, OpenGL ES through EGL on llvmpipe (no GPU, no display)
+      mesa-vulkan-drivers libvulkan-dev libegl-dev libgles-dev libegl-mesa0 libgl1-mesa-dri
       # the agent's tests: a real Prometheus scrape and promtool check metrics
       prometheus
       # deploy/ checks: promtool (above), systemd-analyze; node below

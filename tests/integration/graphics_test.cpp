@@ -1,0 +1,182 @@
+// gpuscope frames against real renderers: Vulkan on lavapipe (offscreen: fenced submits end the
+// frames), OpenGL ES on llvmpipe through EGL's surfaceless platform (pbuffer swaps), the real
+// libcudart's launches inside Vulkan frames, and swapchain presents through the stand-in loader.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "usage_error.h"
+
+using namespace gstest;
+
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(GRAPHICS_FIXTURE_DIR) + "/" + name; }
+
+struct FramesRun {
+  std::vector<json> lines;
+  std::string err;
+  std::vector<json> of(const std::string& type) const {
+    std::vector<json> v;
+    for (auto& l : lines)
+      if (l.value("type", "") == type) v.push_back(l);
+    return v;
+  }
+};
+
+// The app waits for SIGUSR1 once ready; gpuscope frames -p follows it and ends when it does.
+FramesRun frames_of(const std::vector<std::string>& app_argv, std::vector<std::string> extra = {}) {
+  Process app(app_argv);
+  pid_t pid = ready_pid(app);
+  std::vector<std::string> argv{gpuscope_bin(), "frames",        "-p",        std::to_string(pid),
+                                "--json",       "--every-frame", "--slowest", "10"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Process g(argv);
+  EXPECT_TRUE(g.wait_for("gpuscope: watching frames", 30, true)) << g.err();
+  app.signal(SIGUSR1);
+  EXPECT_EQ(app.wait(60), 0) << app.err();
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  return {parse_lines(g.out()), g.err()};
+}
+
+// Every frame numbered 1..n once, and the slow ones (number % every == 0) slow.
+void expect_frames(const FramesRun& r, const std::string& api, unsigned n, unsigned every, double slow_ms) {
+  auto frames = r.of("frame");
+  ASSERT_EQ(frames.size(), n) << r.err;
+  for (unsigned i = 0; i < n; i++) {
+    const json& f = frames[i];
+    EXPECT_EQ(f["number"], i + 1);
+    EXPECT_EQ(f["api"], api);
+    const double ms = f["duration_ns"].get<double>() / 1e6;
+    if ((i + 1) % every == 0)
+      EXPECT_GE(ms, slow_ms) << f.dump();
+    else
+      EXPECT_LT(ms, slow_ms) << f.dump();
+  }
+  // The interval lines account for every frame; the slowest frames they list are the slow ones.
+  uint64_t counted = 0;
+  for (auto& l : r.of("frames")) counted += l["frames"].get<uint64_t>();
+  EXPECT_EQ(counted, n);
+  // With --slowest 10, every slow frame is among the slowest of its interval.
+  std::set<unsigned> listed;
+  for (auto& s : r.of("slow_frame")) listed.insert(s["number"].get<unsigned>());
+  for (unsigned i = every; i <= n; i += every) EXPECT_TRUE(listed.count(i)) << "slow frame " << i << " not listed";
+  auto summary = r.of("summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["lost_ringbuf"], 0);
+  EXPECT_EQ(summary[0]["lost_state"], 0);
+  EXPECT_EQ(summary[0]["content_dropped"], 0);
+}
+
+}  // namespace
+
+TEST(Graphics, VulkanOffscreenFramesTheirSubmitsWaitsAndTheLeakAtExit) {
+  FramesRun r = frames_of({fixture("vk_frames"), "--frames", "30", "--slow-every", "10", "--slow-ms", "60",
+                           "--frame-ms", "2", "--cmd-buffers", "3"},
+                          {"--no-cuda"});
+  expect_frames(r, "vulkan", 30, 10, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["submits"], 2) << f.dump();
+    EXPECT_EQ(f["cmd_buffers"], 4) << f.dump();  // 3 in the fenced submit, 1 in the other
+    EXPECT_EQ(f["waits"], 2) << f.dump();
+    EXPECT_EQ(f["calls"], json({{"vkQueueSubmit", 2}, {"vkQueueWaitIdle", 1}, {"vkWaitForFences", 1}})) << f.dump();
+    EXPECT_EQ(f["cuda_calls"], 0);
+  }
+  auto mem = r.of("memory");
+  ASSERT_EQ(mem.size(), 1u) << r.err;
+  EXPECT_EQ(mem[0]["comm"], "vk_frames");
+  EXPECT_EQ(mem[0]["exited"], true);
+  EXPECT_EQ(mem[0]["outstanding_bytes"], 2 << 20);
+  EXPECT_EQ(mem[0]["allocs"], 4);
+  EXPECT_EQ(mem[0]["frees"], 3);
+  EXPECT_EQ(mem[0]["alloc_failures"], 0);
+  EXPECT_EQ(mem[0]["devices_created"], 1);
+  EXPECT_EQ(mem[0]["devices_destroyed"], 1);
+  ASSERT_EQ(mem[0]["outstanding"].size(), 1u);
+  EXPECT_EQ(mem[0]["outstanding"][0]["size_bytes"], 2 << 20);
+  EXPECT_EQ(mem[0]["outstanding"][0]["memory_type"], 0);
+}
+
+TEST(Graphics, TheRealCudartsLaunchesShowInsideTheVulkanFrames) {
+  FramesRun r = frames_of(
+      {fixture("vk_frames"), "--frames", "12", "--slow-every", "4", "--slow-ms", "60", "--cuda", cuda_runtime_lib()});
+  expect_frames(r, "vulkan", 12, 4, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["calls"].value("cudaLaunchKernel", 0), 1) << f.dump();
+    EXPECT_EQ(f["cuda_launches"], 1) << f.dump();
+    EXPECT_EQ(f["submits"], 2) << f.dump();
+  }
+  uint64_t launches = 0;
+  for (auto& l : r.of("frames")) launches += l["cuda_launches"].get<uint64_t>();
+  EXPECT_EQ(launches, 12u);
+  EXPECT_EQ(r.of("summary")[0]["cuda_lost"], 0);
+}
+
+TEST(Graphics, SwapchainPresentsAcquiresAndSubmit2ThroughTheStandInLoader) {
+  FramesRun r = frames_of({fixture("vk_present_app"), "--frames", "20", "--slow-every", "5", "--slow-ms", "60"});
+  expect_frames(r, "vulkan", 20, 5, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["submits"], 1) << f.dump();
+    EXPECT_EQ(f["cmd_buffers"], 3) << f.dump();  // submit infos of 1 and 2
+    EXPECT_EQ(f["waits"], 2) << f.dump();        // the acquire and the fence
+    EXPECT_EQ(f["calls"], json({{"vkAcquireNextImageKHR", 1}, {"vkQueueSubmit2", 1}, {"vkWaitForFences", 1}}))
+        << f.dump();
+  }
+  auto mem = r.of("memory");
+  ASSERT_EQ(mem.size(), 1u);
+  EXPECT_EQ(mem[0]["outstanding_bytes"], 5 << 20);
+  EXPECT_EQ(mem[0]["alloc_failures"], 1);
+  EXPECT_EQ(mem[0]["frees"], 1);
+  ASSERT_EQ(mem[0]["outstanding"].size(), 1u);
+  EXPECT_EQ(mem[0]["outstanding"][0]["memory_type"], 2);
+}
+
+TEST(Graphics, EglPbufferSwapsAndGlFinishWaits) {
+  FramesRun r =
+      frames_of({fixture("gl_frames"), "--frames", "20", "--slow-every", "5", "--slow-ms", "60"}, {"--no-cuda"});
+  expect_frames(r, "egl", 20, 5, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["waits"], 1) << f.dump();
+    EXPECT_EQ(f["calls"], json({{"glFinish", 1}})) << f.dump();
+  }
+  EXPECT_TRUE(r.of("memory").empty());  // no Vulkan memory
+}
+
+// Host-wide, the libraries of the dynamic linker's cache are probed: a renderer started later is
+// seen from its first frame.
+TEST(Graphics, HostWideSeesARendererStartedLater) {
+  Process g({gpuscope_bin(), "frames", "-c", "vk_frames", "--json", "--every-frame", "--no-cuda", "--slowest", "10"});
+  ASSERT_TRUE(g.wait_for("gpuscope: watching frames", 30, true)) << g.err();
+  Process app({fixture("vk_frames"), "--frames", "8", "--slow-every", "4", "--slow-ms", "60"});
+  ready_pid(app);
+  app.signal(SIGUSR1);
+  EXPECT_EQ(app.wait(60), 0) << app.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the next print
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  FramesRun r{parse_lines(g.out()), g.err()};
+  expect_frames(r, "vulkan", 8, 4, 60);
+  for (auto& f : r.of("frame")) EXPECT_EQ(f["pid"], app.pid());
+}
+
+TEST(Graphics, BadInputOneLineExitTwoNothingLeftBehind) {
+  const std::string before = bpf_state();
+  Process sleeper({"sleep", "30"});
+  auto r = expect_usage_error("frames", {"-p", std::to_string(sleeper.pid()), "-d", "1"});
+  EXPECT_NE(r.err.find("maps no graphics library"), std::string::npos) << r.err;
+  expect_usage_error("frames", {"--interval", "0"});
+  expect_usage_error("frames", {"--slowest", "-1"});
+  expect_usage_error("frames", {"-p", "999999"});
+  sleeper.signal(SIGKILL);
+  sleeper.wait(10);
+  EXPECT_EQ(bpf_state(), before);
+}
