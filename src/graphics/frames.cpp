@@ -136,50 +136,57 @@ void FrameTracker::add_cuda(uint32_t pid, uint64_t ts_ns, std::string_view api, 
 }
 
 void FrameTracker::settle(uint64_t horizon_ns) {
-  for (auto& [pid, p] : procs_) {
-    auto& content = content_[pid];
-    uint64_t keep_from = horizon_ns;
-    for (auto& [api, s] : p.series) {
-      while (!s.ended.empty() && s.ended.front().second <= horizon_ns) {
-        auto [start, end] = s.ended.front();
-        s.ended.pop_front();
-        Frame f;
-        f.pid = pid;
-        f.api = api;
-        f.number = ++s.frames;
-        f.start_ns = start;
-        f.end_ns = end;
-        uint32_t launches[3] = {};
-        for (const Content& c : content) {
-          if (c.ts_ns < start || c.ts_ns >= end) continue;
-          if (c.call == 0) {
-            f.cuda_calls++;
-            launches[c.launch]++;
-            f.calls[std::string(c.cuda_api)]++;
-            continue;
-          }
-          f.calls[gfx_call_name(c.call)]++;
-          if (c.call == GS_GFX_VK_QUEUE_SUBMIT || c.call == GS_GFX_VK_QUEUE_SUBMIT2) {
-            f.submits++;
-            f.cmd_buffers += c.cmd_buffers;
-          } else if (gfx_call_waits(c.call)) {
-            f.waits++;
-            f.wait_ns += c.dur_ns;
-          }
+  for (auto& [pid, p] : procs_) settle(pid, p, horizon_ns);
+}
+
+void FrameTracker::settle_process(uint32_t pid, uint64_t horizon_ns) {
+  auto it = procs_.find(pid);
+  if (it != procs_.end()) settle(pid, it->second, horizon_ns);
+}
+
+void FrameTracker::settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns) {
+  auto& content = content_[pid];
+  uint64_t keep_from = horizon_ns;
+  for (auto& [api, s] : p.series) {
+    while (!s.ended.empty() && s.ended.front().second <= horizon_ns) {
+      auto [start, end] = s.ended.front();
+      s.ended.pop_front();
+      Frame f;
+      f.pid = pid;
+      f.api = api;
+      f.number = ++s.frames;
+      f.start_ns = start;
+      f.end_ns = end;
+      uint32_t launches[3] = {};
+      for (const Content& c : content) {
+        if (c.ts_ns < start || c.ts_ns >= end) continue;
+        if (c.call == 0) {
+          f.cuda_calls++;
+          launches[c.launch]++;
+          f.calls[std::string(c.cuda_api)]++;
+          continue;
         }
-        f.cuda_launches = launches[2] ? launches[2] : launches[1];
-        const uint64_t d = f.duration_ns();
-        s.buckets[bucket_of(d)]++;
-        s.max_ns = std::max(s.max_ns, d);
-        s.sum_ns += d;
-        s.wait_ns += f.wait_ns;
-        sink_(f);
+        f.calls[gfx_call_name(c.call)]++;
+        if (c.call == GS_GFX_VK_QUEUE_SUBMIT || c.call == GS_GFX_VK_QUEUE_SUBMIT2) {
+          f.submits++;
+          f.cmd_buffers += c.cmd_buffers;
+        } else if (gfx_call_waits(c.call)) {
+          f.waits++;
+          f.wait_ns += c.dur_ns;
+        }
       }
-      const uint64_t from = !s.ended.empty() ? s.ended.front().first : s.open_ns ? s.open_ns : horizon_ns;
-      keep_from = std::min(keep_from, from);
+      f.cuda_launches = launches[2] ? launches[2] : launches[1];
+      const uint64_t d = f.duration_ns();
+      s.buckets[bucket_of(d)]++;
+      s.max_ns = std::max(s.max_ns, d);
+      s.sum_ns += d;
+      s.wait_ns += f.wait_ns;
+      sink_(f);
     }
-    std::erase_if(content, [&](const Content& c) { return c.ts_ns < keep_from; });
+    const uint64_t from = !s.ended.empty() ? s.ended.front().first : s.open_ns ? s.open_ns : horizon_ns;
+    keep_from = std::min(keep_from, from);
   }
+  std::erase_if(content, [&](const Content& c) { return c.ts_ns < keep_from; });
 }
 
 void FrameTracker::forget(uint32_t pid) {

@@ -97,6 +97,8 @@ class FrameTracker {
   // them is gathered and they go to the sink. Calls arrive from two ring buffers: the horizon
   // leaves them time to.
   void settle(uint64_t horizon_ns);
+  // One process's: all of them once it has exited and its calls were read.
+  void settle_process(uint32_t pid, uint64_t horizon_ns);
   const std::map<uint32_t, GfxProcess>& processes() const { return procs_; }
   // A process that exited: everything of it is dropped (settle first).
   void forget(uint32_t pid);
@@ -111,6 +113,7 @@ class FrameTracker {
     std::string_view cuda_api;  // from the site table: static storage
   };
   void end_frame(GfxProcess& p, FrameSeries& s, uint64_t at_ns);
+  void settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns);
   void keep(uint32_t pid, Content c);
 
   FrameSink sink_;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -179,4 +180,55 @@ TEST(Graphics, BadInputOneLineExitTwoNothingLeftBehind) {
   sleeper.signal(SIGKILL);
   sleeper.wait(10);
   EXPECT_EQ(bpf_state(), before);
+}
+
+namespace {
+
+// The value of the first sample of `name` whose labels hold every one of `parts`; -1 when none.
+double sample(const std::string& metrics, const std::string& name, const std::vector<std::string>& parts = {}) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (auto& p : parts) all = all && line.find(p) != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+}  // namespace
+
+// The agent's graphics collector: the frame-time histogram, Vulkan's counts and memory of a
+// renderer, and the memory it left behind at exit.
+TEST(GraphicsAgent, FrameHistogramsSubmitsPresentsAndTheLeakAtExit) {
+  Process agent({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-c", "vk_present_app", "--collectors",
+                 "graphics", "--interval", "0.2"});
+  ASSERT_TRUE(agent.wait_for("\"type\":\"agent\"", 30)) << agent.err();
+  const int port = parse_lines(agent.out()).at(0).at("port").get<int>();
+  Process app({fixture("vk_present_app"), "--frames", "40", "--slow-every", "10", "--slow-ms", "60"});
+  const std::string pid = "pid=\"" + std::to_string(ready_pid(app)) + "\"";
+  app.signal(SIGUSR1);
+  ASSERT_EQ(app.wait(60), 0) << app.err();
+  std::string m;
+  for (int i = 0; i < 100; i++) {
+    m = http_get(port, "/metrics").body;
+    if (sample(m, "gpuscope_graphics_memory_leaked_bytes_total") > 0) break;  // final values from here
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string h = "gpuscope_frame_duration_seconds";
+  EXPECT_EQ(sample(m, h + "_count", {pid, "api=\"vulkan\""}), 40) << m;
+  EXPECT_EQ(sample(m, h + "_bucket", {pid, "le=\"0.033554432\""}), 36) << m;  // all but the 4 slow ones
+  EXPECT_EQ(sample(m, h + "_bucket", {pid, "le=\"+Inf\""}), 40);
+  EXPECT_GE(sample(m, h + "_sum", {pid}), 4 * 0.060 + 36 * 0.002);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_submits_total", {pid}), 40);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_command_buffers_total", {pid}), 120);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_presents_total", {pid}), 41);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_memory_outstanding_bytes", {pid}), 5 << 20);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_memory_outstanding_allocations", {pid}), 1);
+  EXPECT_EQ(sample(m, "gpuscope_graphics_memory_leaked_bytes_total"), 5 << 20);
+  EXPECT_GT(sample(m, "gpuscope_graphics_wait_seconds_total", {pid}), 0);
+  EXPECT_EQ(sample(m, "gpuscope_collector_up", {"collector=\"graphics\""}), 1);
+  EXPECT_EQ(sample(m, "gpuscope_events_lost_total", {"collector=\"graphics\"", "ring_buffer_full"}), 0) << m;
+  agent.signal(SIGINT);
+  EXPECT_EQ(agent.wait(30), 0) << agent.err();
 }

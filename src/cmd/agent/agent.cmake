@@ -9,6 +9,6 @@ add_library(gpuscope_agent STATIC ${CMAKE_CURRENT_LIST_DIR}/agent.cpp ${CMAKE_CU
   ${CMAKE_CURRENT_LIST_DIR}/labels.cpp ${CMAKE_CURRENT_LIST_DIR}/devices.cpp ${CMAKE_CURRENT_LIST_DIR}/anomaly.cpp
   ${CMAKE_CURRENT_LIST_DIR}/governor.cpp ${GPUSCOPE_AGENT_COLLECTORS})
 target_link_libraries(gpuscope_agent PUBLIC gpuscope_kernels gpuscope_memleak gpuscope_latency gpuscope_ioctl gpuscope_gputime
-  gpuscope_starvation gpuscope_bridge ${LIBMICROHTTPD_A}
+  gpuscope_starvation gpuscope_bridge gpuscope_graphics ${LIBMICROHTTPD_A}
   gpuscope_tls_stubs pthread dl)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_agent)

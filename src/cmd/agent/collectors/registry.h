@@ -14,7 +14,8 @@
   X(ioctl)                     \
   X(gputime)                   \
   X(bridge)                    \
-  X(starvation)
+  X(starvation)                \
+  X(graphics)
 
 namespace gpuscope {
 
