@@ -158,9 +158,41 @@ def gputime():
     return b
 
 
+def frames():
+    b = Board("gpuscope-frames", "gpuscope / graphics frames",
+              "Frame times of Vulkan, EGL and GLX renderers (present to present, swap to swap, or fenced submit "
+              "to fenced submit offscreen), their waits and Vulkan device memory; empty without renderers")
+    b.panel("Frame time p95 and p99 per process", [
+        t(f"histogram_quantile(0.95, sum by (le, comm, pid, api) "
+          f"(rate(gpuscope_frame_duration_seconds_bucket{{{PROC}}}[$__rate_interval])))", "p95 {{comm}} {{pid}} {{api}}"),
+        t(f"histogram_quantile(0.99, sum by (le, comm, pid, api) "
+          f"(rate(gpuscope_frame_duration_seconds_bucket{{{PROC}}}[$__rate_interval])))", "p99 {{comm}} {{pid}} {{api}}")],
+        unit="s", w=24, desc="Log2 buckets: 16.7 ms (60 FPS) and 33.3 ms (30 FPS) frames fall in different buckets")
+    b.panel("Frames per second", [t(
+        f"sum by (comm, pid, api) (rate(gpuscope_frame_duration_seconds_count{{{PROC}}}[$__rate_interval]))",
+        "{{comm}} {{pid}} {{api}}")], unit="short")
+    b.panel("Frame times", [dict(t(
+        f"sum by (le) (rate(gpuscope_frame_duration_seconds_bucket{{{PROC}}}[$__rate_interval]))", "{{le}}"),
+        format="heatmap")], kind="heatmap", unit="s",
+        options={"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1})
+    b.panel("Share of frame time spent waiting (fences, queues, images, glFinish)", [t(
+        f"sum by (comm, pid, api) (rate(gpuscope_graphics_wait_seconds_total{{{PROC}}}[$__rate_interval])) / "
+        f"sum by (comm, pid, api) (rate(gpuscope_frame_duration_seconds_sum{{{PROC}}}[$__rate_interval]))",
+        "{{comm}} {{pid}} {{api}}")], unit="percentunit")
+    b.panel("Vulkan submits and presents /s", [
+        t(f"sum by (comm, pid) (rate(gpuscope_graphics_submits_total{{{PROC}}}[$__rate_interval]))",
+          "submits {{comm}} {{pid}}"),
+        t(f"sum by (comm, pid) (rate(gpuscope_graphics_presents_total{{{PROC}}}[$__rate_interval]))",
+          "presents {{comm}} {{pid}}")], unit="ops")
+    b.panel("Vulkan device memory outstanding", [t(
+        f"gpuscope_graphics_memory_outstanding_bytes{{{PROC}}}", "{{comm}} {{pid}}")], unit="bytes", w=24)
+    return b
+
+
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    for name, board in [("node", node), ("process", process), ("starvation", starvation), ("kernel-time", gputime)]:
+    for name, board in [("node", node), ("process", process), ("starvation", starvation), ("kernel-time", gputime),
+                        ("frames", frames)]:
         with open(os.path.join(here, f"gpuscope-{name}.json"), "w") as f:
             json.dump(board().json(), f, indent=2)
             f.write("\n")

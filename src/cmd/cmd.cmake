@@ -1,7 +1,8 @@
 # Subcommands that combine capabilities: trace with kernel names, kernels with GPU time, the
-# timeline, run, and the agent. Capability folders never include each other; these may.
+# timeline, frames with the CUDA calls inside them, run, and the agent. Capability folders never
+# include each other; these may.
 add_library(gpuscope_cmd STATIC ${CMAKE_CURRENT_LIST_DIR}/trace_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/kernels_cmd.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/timeline_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/run_cmd.cpp)
-target_link_libraries(gpuscope_cmd PUBLIC gpuscope_trace gpuscope_kernels gpuscope_gputime gpuscope_bridge)
+  ${CMAKE_CURRENT_LIST_DIR}/timeline_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/run_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/frames_cmd.cpp)
+target_link_libraries(gpuscope_cmd PUBLIC gpuscope_trace gpuscope_kernels gpuscope_gputime gpuscope_bridge gpuscope_graphics)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_cmd)
 include(${CMAKE_CURRENT_LIST_DIR}/agent/agent.cmake)

@@ -20,6 +20,8 @@
 #include "core/system.h"
 #include "gputime/gputime_collector.h"
 #include "gputime/timeline.h"
+#include "graphics/frames.h"
+#include "graphics/graphics_collector.h"
 #include "trace/trace.h"
 
 namespace gpuscope {
@@ -91,6 +93,43 @@ class CallRecorder {
   uint64_t over_ = 0;
 };
 
+// Graphics calls on their threads and the frames they make, up to --max-calls calls.
+class GraphicsRecorder {
+ public:
+  GraphicsRecorder(TimelineInput& in, uint32_t max_calls)
+      : in_(in), max_(max_calls), frames_([this](const Frame& f) {
+          in_.frames.push_back({f.start_ns, f.duration_ns(), f.pid, f.number, gfx_api_name(f.api), f.submits, f.waits,
+                                f.cuda_launches, f.wait_ns});
+        }) {}
+  void operator()(const gs_gfx_event& e, std::string_view comm) {
+    frames_.add(e, comm);
+    if (in_.graphics.size() >= max_) {
+      over_++;
+      return;
+    }
+    const bool end =
+        e.call == GS_GFX_VK_QUEUE_PRESENT || e.call == GS_GFX_EGL_SWAP_BUFFERS || e.call == GS_GFX_GLX_SWAP_BUFFERS;
+    in_.graphics.push_back({e.start_ns, e.dur_ns, e.pid, e.tid, gfx_call_name(e.call), end});
+    auto& tn = in_.threads[{e.pid, e.tid}];
+    if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
+    if (!in_.comms.count(e.pid)) in_.comms[e.pid] = std::string(comm);
+  }
+  // The CUDA calls inside frames, from the trace collector's entries.
+  void cuda(const gs_call_event& e) {
+    if (e.phase == GS_PHASE_ENTER)
+      frames_.add_cuda(e.pid, e.ts_boot_ns, api_symbol(e.api), api_has_role(e.api, GS_ROLE_LAUNCH),
+                       e.layer == GS_LAYER_DRIVER);
+  }
+  void finish() { frames_.settle(UINT64_MAX); }
+  uint64_t over() const { return over_; }
+
+ private:
+  TimelineInput& in_;
+  uint32_t max_;
+  FrameTracker frames_;
+  uint64_t over_ = 0;
+};
+
 // The GPU side, the notes on what is absent and the losses, once the recording has ended.
 void finish_input(TimelineInput& in, const GpuTimeCollector& gpu, const BridgeCounters& bridge,
                   const TraceCollector::Stats& ts, const GpuTimeCollector::Stats& gs, uint64_t calls_over) {
@@ -125,12 +164,14 @@ void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineSt
     JsonLine j(w.buf());
     j.str("type", "summary").str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
     j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
+    j.num("graphics_spans", st.graphics_spans).num("frames", st.frame_spans);
     j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
     j.boolean("gpu_library", !in.gpu.empty()).end();
   } else {
     fmt::format_to(std::back_inserter(w.buf()),
-                   "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples{}\n", o.out,
-                   st.cpu_spans, st.gpu_spans, st.flows, st.counters,
+                   "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples, {} graphics calls, {} "
+                   "frames{}\n",
+                   o.out, st.cpu_spans, st.gpu_spans, st.flows, st.counters, st.graphics_spans, st.frame_spans,
                    in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
   }
 }
@@ -143,15 +184,22 @@ int run_timeline(const TimelineOptions& o) {
   UprobeSession session(o.scope, o.common.verbose);
   TimelineInput in;
   CallRecorder calls(in, o.max_calls);
-  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope, 16384}, std::ref(calls));
+  GraphicsRecorder graphics(in, o.max_calls);
+  TraceCollector trace(session, {select_apis({}, "all"), true, o.scope, 16384}, [&](const gs_call_event& e) {
+    calls(e);
+    graphics.cuda(e);
+  });
+  GraphicsCollector gfx(session, {o.scope}, std::ref(graphics));
   GpuTimeCollector::Config gc{o.cupti_libs, true};
   gc.mode = GS_GT_MODE_TIMELINE;  // launch calls too: the arrows from each launch to its kernel
   GpuTimeCollector gpu(session, std::move(gc));
   BridgeCounters bridge(o.pin_dir);
   session.start();
+  if (o.scope.pids.empty()) gfx.attach_system_libraries();
   gpu.start();
   EventLoop loop(o.common.duration_s);
   trace.watch(loop);
+  gfx.watch(loop);
   session.watch(loop);
   gpu.watch(loop);
   loop.every(0.05, [&] { bridge.sample(in.counters); });
@@ -164,11 +212,18 @@ int run_timeline(const TimelineOptions& o) {
   trace.drain();
   gpu.stop();
   session.detach();
+  gfx.detach();
   trace.drain();
+  gfx.drain();
+  graphics.finish();
 
   const auto ts = trace.stats();
   const auto gs = gpu.stats();
   finish_input(in, gpu, bridge, ts, gs, calls.over());
+  const auto grs = gfx.stats();
+  in.lost["graphics_ringbuf"] = grs.lost_ringbuf;
+  in.lost["graphics_state"] = grs.lost_state;
+  in.lost["graphics_over_bound"] = graphics.over();
   std::string doc;
   TimelineStats st = write_timeline(in, doc);
   write_file(o.out, doc);
@@ -181,7 +236,8 @@ int run_timeline(const TimelineOptions& o) {
 
 void register_timeline(CLI::App& app) {
   auto [cmd, o] = new_command<TimelineOptions>(
-      app, "timeline", "Write a Perfetto/Chrome trace of CUDA calls, GPU activity and counters", run_timeline);
+      app, "timeline", "Write a Perfetto/Chrome trace of CUDA calls, GPU activity, graphics frames and counters",
+      run_timeline);
   cmd->add_option("-o,--output", o->out, "Trace file to write (default gpuscope-timeline.json)");
   cmd->add_option("--pin-dir", o->pin_dir, "bpffs directory of the bridge's pins (default /sys/fs/bpf)");
   cmd->add_option("--cupti-lib", o->cupti_libs,

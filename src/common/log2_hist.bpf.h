@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* log2 histograms: bucket b counts the values in [2^b, 2^(b+1)), bucket 0 also 0, so that 64
- * buckets hold every __u64. Userspace reads them with latency/histogram.h (bucket_low, bucket_le).
+ * buckets hold every __u64. Userspace reads them with core/histogram.h (bucket_low, bucket_le).
  *
  *   gs_log2(v)                      floor(log2(v)), 0 for 0: branch-free, no loop
  *   gs_hist_add(buckets, n, v)      counts v in a histogram of n buckets (n a power of 2; a value

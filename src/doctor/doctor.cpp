@@ -273,6 +273,14 @@ void check_nvidia(Doctor& d) {
   d.add(S, "dri", !dri.empty(),
         dri.empty() ? "no /dev/dri: no DRM device nodes, ioctl sees NVIDIA's only"
                     : fmt::format("/dev/dri: {}", fmt::join(dri, " ")));
+  // The graphics libraries frames probes host-wide (a process's own copies are found at run time).
+  std::vector<std::string> gfx;
+  for (auto& e : ld_cache_entries())
+    for (const char* n : {"libvulkan.so.1", "libEGL.so.1", "libGLX.so.0", "libGL.so.1"})
+      if (e.name == n) gfx.push_back(e.path);
+  d.add(S, "graphics_libraries", !gfx.empty(),
+        gfx.empty() ? "no Vulkan loader, libEGL, libGLX or libGL in the dynamic linker's cache"
+                    : fmt::format("{}", fmt::join(gfx, " ")));
 }
 
 struct Library {
@@ -324,6 +332,7 @@ const std::vector<Need>& needs() {
       {"starvation", {{"privileges"}, {"nvml"}, {"bpffs"}, {"tp_btf"}, {"perf_events"}}, {}},
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
       {"timeline", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
+      {"frames", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"run", {}, {}},  // starts a command: needs nothing of the host
   };
   return n;
@@ -359,8 +368,8 @@ Sub verdict(const Doctor& d, const Need& n) {
 
 std::vector<Sub> judge(const Doctor& d) {
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",  "kernels",
-                                              "memleak", "starvation", "timeline", "run",   "agent"};
+  static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",    "kernels",
+                                              "memleak", "starvation", "timeline", "run",   "frames", "agent"};
   std::vector<Sub> out;
   std::vector<std::string> not_ok, ok;
   for (auto& n : needs()) {

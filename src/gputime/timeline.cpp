@@ -16,6 +16,9 @@ namespace {
 // GPU tracks and the device counters live on synthetic thread and process ids, far above
 // any real one (pid_max is at most 2^22).
 constexpr uint64_t kGpuTidBase = 1ull << 30;
+constexpr uint64_t kFramesTidBase = 1ull << 29;  // a process's frames, a track per API
+
+uint64_t frames_tid(const char* api) { return kFramesTidBase + (api[0] == 'v' ? 0 : api[0] == 'e' ? 1 : 2); }
 constexpr uint32_t kCountersPid = (1u << 31) - 1;
 
 uint64_t gpu_tid(const gs_gt_record& r) { return kGpuTidBase + (uint64_t)r.device * (1u << 20) + (r.stream & 0xfffff); }
@@ -59,6 +62,7 @@ uint64_t origin_of(const TimelineInput& in) {
   for (auto& c : in.calls) origin = std::min<uint64_t>(origin, c.start_ns);
   for (auto& g : in.gpu) origin = std::min<uint64_t>(origin, g.r.start_ns);
   for (auto& c : in.counters) origin = std::min<uint64_t>(origin, c.ts_boot_ns);
+  for (auto& g : in.graphics) origin = std::min<uint64_t>(origin, g.start_ns);
   return origin == std::numeric_limits<uint64_t>::max() ? 0 : origin;
 }
 
@@ -75,6 +79,9 @@ JsonLine meta(TraceWriter& w, const char* what, uint32_t pid, const uint64_t* ti
 void write_names(TraceWriter& w, const TimelineInput& in) {
   std::set<uint32_t> pids;
   for (auto& c : in.calls) pids.insert(c.pid);
+  for (auto& g : in.graphics) pids.insert(g.pid);
+  std::set<std::pair<uint32_t, const char*>> frame_tracks;
+  for (auto& f : in.frames) frame_tracks.insert({f.pid, f.api});
   std::set<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> gpu_tracks;  // pid, tid, device, stream
   for (auto& g : in.gpu) {
     pids.insert(g.pid);
@@ -88,6 +95,11 @@ void write_names(TraceWriter& w, const TimelineInput& in) {
   for (auto& [pt, name] : in.threads) {
     uint64_t tid = pt.second;
     meta(w, "thread_name", pt.first, &tid).str("name", name + " " + std::to_string(tid)).end_object().end();
+  }
+  for (auto& [pid, api] : frame_tracks) {
+    uint64_t tid = frames_tid(api);
+    meta(w, "thread_name", pid, &tid).str("name", fmt::format("frames ({})", api)).end_object().end();
+    meta(w, "thread_sort_index", pid, &tid).num("sort_index", -1).end_object().end();
   }
   for (auto& [pid, tid, dev, stream] : gpu_tracks) {
     meta(w, "thread_name", pid, &tid).str("name", fmt::format("GPU {} stream {}", dev, stream)).end_object().end();
@@ -119,6 +131,51 @@ ThreadSlices write_calls(TraceWriter& w, const TimelineInput& in, TimelineStats&
   for (auto& [_, v] : by_thread)
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.start_ns < b.start_ns; });
   return by_thread;
+}
+
+// Graphics calls on their threads (presents and swaps marked), frames on their process's track.
+void write_graphics(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
+  for (auto& g : in.graphics) {
+    w.event()
+        .str("ph", "X")
+        .str("cat", "graphics")
+        .str("name", g.name)
+        .num("pid", g.pid)
+        .num("tid", g.tid)
+        .real("ts", w.us(g.start_ns), 3)
+        .real("dur", g.dur_ns / 1e3, 3)
+        .end();
+    if (g.frame_end)
+      w.event()
+          .str("ph", "i")
+          .str("s", "p")
+          .str("cat", "graphics")
+          .str("name", g.name)
+          .num("pid", g.pid)
+          .num("tid", g.tid)
+          .real("ts", w.us(g.start_ns), 3)
+          .end();
+    st.graphics_spans++;
+  }
+  for (auto& f : in.frames) {
+    w.event()
+        .str("ph", "X")
+        .str("cat", "frame")
+        .str("name", fmt::format("frame {}", f.number))
+        .num("pid", f.pid)
+        .num("tid", frames_tid(f.api))
+        .real("ts", w.us(f.start_ns), 3)
+        .real("dur", f.dur_ns / 1e3, 3)
+        .begin_object("args")
+        .str("api", f.api)
+        .num("submits", f.submits)
+        .num("waits", f.waits)
+        .num("wait_ns", f.wait_ns)
+        .num("cuda_launches", f.cuda_launches)
+        .end_object()
+        .end();
+    st.frame_spans++;
+  }
 }
 
 std::string span_name(const TimelineInput& in, const GpuRecord& g) {
@@ -252,7 +309,8 @@ void write_metadata(std::string& out, const TimelineInput& in, const TimelineSta
   m.str("gpu_spans", in.gpu_note.empty() ? "present" : in.gpu_note);
   m.str("counters", in.counter_note.empty() ? "present" : in.counter_note);
   m.num("cpu_span_count", st.cpu_spans).num("gpu_span_count", st.gpu_spans).num("flow_count", st.flows);
-  m.num("counter_count", st.counters).begin_object("lost");
+  m.num("counter_count", st.counters).num("graphics_span_count", st.graphics_spans);
+  m.num("frame_count", st.frame_spans).begin_object("lost");
   for (auto& [k, v] : in.lost) m.num(k, v);
   m.end_object().end();
   out += "],\n\"metadata\":";
@@ -271,6 +329,7 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   write_names(w, in);
   ThreadSlices by_thread = write_calls(w, in, st);
   write_gpu(w, in, by_thread, st);
+  write_graphics(w, in, st);
   write_counters(w, in.counters, st);
   w.finish();
   write_metadata(out, in, st, origin);

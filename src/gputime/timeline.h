@@ -29,8 +29,26 @@ struct CallSpan {
   uint8_t layer = 0;
 };
 
+// One graphics call (the graphics collector's), and one frame. Names are static strings.
+struct GraphicsSpan {
+  uint64_t start_ns = 0, dur_ns = 0;  // CLOCK_BOOTTIME
+  uint32_t pid = 0, tid = 0;
+  const char* name = "";
+  bool frame_end = false;  // a present or a swap: an instant mark too
+};
+struct FrameSpan {
+  uint64_t start_ns = 0, dur_ns = 0;
+  uint32_t pid = 0;
+  uint64_t number = 0;
+  const char* api = "";
+  uint32_t submits = 0, waits = 0, cuda_launches = 0;
+  uint64_t wait_ns = 0;
+};
+
 struct TimelineInput {
   std::vector<CallSpan> calls;
+  std::vector<GraphicsSpan> graphics;
+  std::vector<FrameSpan> frames;
   std::map<std::pair<uint32_t, uint32_t>, std::string> threads;  // (pid, tid) -> thread name
   std::vector<GpuRecord> gpu;
   std::vector<CounterSample> counters;
@@ -42,7 +60,7 @@ struct TimelineInput {
 };
 
 struct TimelineStats {
-  uint64_t cpu_spans = 0, gpu_spans = 0, flows = 0, counters = 0;
+  uint64_t cpu_spans = 0, gpu_spans = 0, flows = 0, counters = 0, graphics_spans = 0, frame_spans = 0;
 };
 
 // The trace as one JSON document.

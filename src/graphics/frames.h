@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "graphics/graphics.h"
-#include "latency/histogram.h"
+#include "core/histogram.h"
 
 namespace gpuscope {
 
@@ -47,7 +47,7 @@ struct Frame {
 // One process's frames of one API, cumulative since it was first seen.
 struct FrameSeries {
   uint64_t frames = 0;
-  Buckets buckets{};  // frame durations, log2 ns (latency/histogram.h)
+  Buckets buckets{};  // frame durations, log2 ns (core/histogram.h)
   uint64_t max_ns = 0, sum_ns = 0, wait_ns = 0;
   // Where the open frame started (0: no end seen yet), and ended frames waiting to be settled.
   uint64_t open_ns = 0;

@@ -17,6 +17,10 @@ GS_RINGBUF(gs_gfx_events, 1 << 20);
 
 GS_DROP_COUNTERS(gs_gfx_drops, GS_GFX_DROP_COUNT)
 
+/* Waking the reader costs more than the probe itself (an IPI and a context switch): records
+ * go in silently until a batch has built up, as trace's do; readers also drain on a timer. */
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
 /* The entry's state until the return: what the return cannot read any more (out pointers). */
 struct gfx_pending {
 	__u64 start_ns;
@@ -161,6 +165,10 @@ int gs_gfx_exit(struct pt_regs *ctx)
 		e->flags |= GS_GFX_READ_FAILED;
 	bpf_get_current_comm(e->thread, sizeof(e->thread));
 	bpf_map_delete_elem(&gfx_pending_calls, &key);
-	bpf_ringbuf_submit(e, 0);
+	const __u64 rec = sizeof(*e) + 8 /* record header */;
+	__u64 avail = bpf_ringbuf_query(&gs_gfx_events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, avail >= wakeup_bytes && avail < wakeup_bytes + rec
+	                              ? BPF_RB_FORCE_WAKEUP
+	                              : BPF_RB_NO_WAKEUP);
 	return 0;
 }

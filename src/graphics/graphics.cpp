@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "core/bpf.h"
@@ -51,6 +52,7 @@ GraphicsCollector::GraphicsCollector(UprobeSession& session, Config cfg, Sink si
   skel_.reset(graphics_bpf__open());
   if (!skel_) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
   apply_scope(skel_.get(), session_.scope());
+  skel_->rodata->wakeup_bytes = std::min<uint64_t>(64 * 1024, cfg_.ring_bytes / 4);
   if (bpf_map__set_max_entries(skel_->maps.gs_gfx_events, cfg_.ring_bytes) != 0)
     throw UsageError("cannot size the graphics ring buffer to " + std::to_string(cfg_.ring_bytes) + " bytes");
   if (int err = graphics_bpf__load(skel_.get()))

@@ -10,7 +10,7 @@
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
-#include "latency/histogram.h"
+#include "core/histogram.h"
 #include "latency/latency_collector.h"
 
 namespace gpuscope {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/uprobe_session.h"
-#include "latency/histogram.h"
+#include "core/histogram.h"
 
 struct latency_bpf;
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -231,4 +233,50 @@ TEST(GraphicsAgent, FrameHistogramsSubmitsPresentsAndTheLeakAtExit) {
   EXPECT_EQ(sample(m, "gpuscope_events_lost_total", {"collector=\"graphics\"", "ring_buffer_full"}), 0) << m;
   agent.signal(SIGINT);
   EXPECT_EQ(agent.wait(30), 0) << agent.err();
+}
+
+// One timeline: the Vulkan calls on their thread, the frames on their own track, and the real
+// libcudart's calls in the same process.
+TEST(GraphicsTimeline, VulkanFramesAndTheRealCudartsCallsInOneTrace) {
+  const std::string out = "/tmp/gstest-graphics-timeline-" + std::to_string(getpid()) + ".json";
+  Process app(
+      {fixture("vk_frames"), "--frames", "6", "--slow-every", "3", "--slow-ms", "40", "--cuda", cuda_runtime_lib()});
+  const pid_t pid = ready_pid(app);
+  Process g({gpuscope_bin(), "timeline", "-p", std::to_string(pid), "-o", out, "--json"});
+  ASSERT_TRUE(g.wait_for("gpuscope: recording a timeline", 30, true)) << g.err();
+  app.signal(SIGUSR1);
+  ASSERT_EQ(app.wait(60), 0) << app.err();
+  ASSERT_EQ(g.wait(30), 0) << g.err();
+  std::ifstream f(out);
+  json doc = json::parse(f);
+  std::remove(out.c_str());
+  std::map<std::string, int> graphics, cuda;
+  std::vector<json> frames;
+  bool track = false;
+  for (auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"].get<std::string>() == "frames (vulkan)")
+      track = true;
+    if (e.value("ph", "") != "X") continue;
+    EXPECT_EQ(e["pid"], pid) << e.dump();
+    if (e["cat"] == "graphics") graphics[e["name"]]++;
+    if (e["cat"] == "cuda_api") cuda[e["name"]]++;
+    if (e["cat"] == "frame") frames.push_back(e);
+  }
+  EXPECT_TRUE(track);
+  // 7 fenced submits (the 7th ends frame 6) and 6 others; a wait of each kind per frame but the last.
+  EXPECT_EQ(graphics["vkQueueSubmit"], 13);
+  EXPECT_EQ(graphics["vkWaitForFences"], 7);
+  EXPECT_EQ(graphics["vkQueueWaitIdle"], 6);
+  EXPECT_EQ(graphics["vkCreateDevice"], 1);
+  EXPECT_EQ(cuda["cudaLaunchKernel"], 6);
+  ASSERT_EQ(frames.size(), 6u);
+  for (size_t i = 0; i < frames.size(); i++) {
+    EXPECT_EQ(frames[i]["name"], "frame " + std::to_string(i + 1));
+    EXPECT_EQ(frames[i]["args"]["cuda_launches"], 1) << frames[i].dump();
+    EXPECT_EQ(frames[i]["args"]["submits"], 2) << frames[i].dump();
+    EXPECT_EQ(frames[i]["dur"].get<double>() >= 40e3, (i + 1) % 3 == 0) << frames[i].dump();
+  }
+  EXPECT_EQ(doc["metadata"]["frame_count"], 6);
+  EXPECT_EQ(doc["metadata"]["lost"]["graphics_ringbuf"], 0);
 }

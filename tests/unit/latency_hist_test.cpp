@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "latency/histogram.h"
+#include "core/histogram.h"
 
 using namespace gpuscope;
 

@@ -5,7 +5,7 @@
 #include "core/cuda_api.h"
 #include "core/output.h"
 #include "core/uprobe_session.h"
-#include "latency/histogram.h"
+#include "core/histogram.h"
 #include "latency/latency_collector.h"
 
 namespace gpuscope {

@@ -1,4 +1,4 @@
-#include "latency/histogram.h"
+#include "core/histogram.h"
 
 #include <algorithm>
 #include <bit>
