@@ -1,5 +1,5 @@
 gpuscope_bpf(memleak ${CMAKE_CURRENT_LIST_DIR}/memleak.bpf.c)
-add_library(gpuscope_memleak STATIC ${CMAKE_CURRENT_LIST_DIR}/memleak.cpp ${CMAKE_CURRENT_LIST_DIR}/memleak_cmd.cpp)
+add_library(gpuscope_memleak STATIC ${CMAKE_CURRENT_LIST_DIR}/memleak.cpp)
 add_dependencies(gpuscope_memleak memleak_skel)
 target_link_libraries(gpuscope_memleak PUBLIC gpuscope_trace)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_memleak)

@@ -280,3 +280,29 @@ TEST(GraphicsTimeline, VulkanFramesAndTheRealCudartsCallsInOneTrace) {
   EXPECT_EQ(doc["metadata"]["frame_count"], 6);
   EXPECT_EQ(doc["metadata"]["lost"]["graphics_ringbuf"], 0);
 }
+
+// memleak's vulkan category: the Vulkan allocation a renderer never freed, reported at its exit
+// beside (not among) the CUDA ones.
+TEST(GraphicsMemleak, VulkanAllocationsNeverFreedAreReportedAtExit) {
+  Process app({fixture("vk_frames"), "--frames", "3", "--slow-every", "0"});
+  const pid_t pid = ready_pid(app);
+  Process g({gpuscope_bin(), "memleak", "-p", std::to_string(pid), "--json", "--interval", "0.2"});
+  ASSERT_TRUE(g.wait_for("gpuscope: tracking GPU memory", 30, true)) << g.err();
+  app.signal(SIGUSR1);
+  ASSERT_EQ(app.wait(60), 0) << app.err();
+  ASSERT_EQ(g.wait(30), 0) << g.err();
+  std::vector<json> leaks;
+  for (auto& l : parse_lines(g.out()))
+    if (l.value("type", "") == "leak") leaks.push_back(l);
+  ASSERT_EQ(leaks.size(), 1u) << g.out();
+  EXPECT_EQ(leaks[0]["pid"], pid);
+  EXPECT_EQ(leaks[0]["comm"], "vk_frames");
+  EXPECT_EQ(leaks[0]["category"], "vulkan");
+  EXPECT_EQ(leaks[0]["layer"], "vulkan");
+  EXPECT_EQ(leaks[0]["api"], "vkAllocateMemory");
+  EXPECT_EQ(leaks[0]["size"], 2 << 20);
+  EXPECT_EQ(leaks[0]["memory_type"], 0);
+  EXPECT_EQ(leaks[0]["state"], "exited");
+  EXPECT_EQ(leaks[0]["device"], -1);
+  EXPECT_GT(leaks[0]["age_ns"].get<uint64_t>(), 0u);
+}

@@ -1,4 +1,5 @@
-// gpuscope memleak: the command and its views (summary tables and leak reports, JSON lines).
+// gpuscope memleak: the command and its views (summary tables and leak reports, JSON lines), with
+// Vulkan device memory (the graphics collector's vkAllocateMemory/vkFreeMemory) as its own category.
 #include <memory>
 #include <time.h>
 
@@ -13,7 +14,10 @@
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/clock.h"
 #include "core/where.h"
+#include "graphics/frames.h"
+#include "graphics/graphics_collector.h"
 #include "memleak/memleak_collector.h"
 
 namespace gpuscope {
@@ -93,6 +97,8 @@ class MemleakView {
     return suspected_.insert({l.pid, l.vmm_handle, l.vmm_handle ? l.handle : l.addr, l.ts_boot_ns}).second;
   }
   void drops(const MemleakCollector::Stats& d, const SessionStats& st);
+  // A process's Vulkan device memory not freed: at its end, or older than min_age while it runs.
+  void vulkan(uint32_t pid, const GfxProcess& p, const std::string& state, uint64_t min_age_ns);
   void flush() { out_.flush(); }
 
  private:
@@ -304,6 +310,39 @@ void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st
   out_.flush();
 }
 
+void MemleakView::vulkan(uint32_t pid, const GfxProcess& p, const std::string& state, uint64_t min_age_ns) {
+  const uint64_t now = boottime_ns();
+  std::vector<std::pair<uint64_t, const GfxMemory::Block*>> rows;
+  for (auto& [handle, b] : p.memory.live) {
+    const uint64_t age = now > b.at_ns ? now - b.at_ns : 0;
+    if (state != "running" || age >= min_age_ns) rows.emplace_back(handle, &b);
+  }
+  if (rows.empty()) return;
+  auto it = std::back_inserter(out_.buf());
+  uint64_t total = 0;
+  for (auto& [h, b] : rows) {
+    const uint64_t age = now > b->at_ns ? now - b->at_ns : 0;
+    total += b->size_bytes;
+    if (!o_.common.json) continue;
+    JsonLine j(out_.buf());
+    j.str("type", "leak").num("pid", pid).str("comm", p.comm);
+    where_.json(j, static_cast<pid_t>(pid));
+    j.str("addr", hex(h)).num("size", b->size_bytes).num("age_ns", age).str("api", "vkAllocateMemory");
+    j.num("device", -1).begin_array("stack").end_array();
+    j.str("layer", "vulkan").str("category", "vulkan").str("state", state).num("memory_type", b->mem_type).end();
+  }
+  if (o_.common.json) return;
+  fmt::format_to(it, "\n{} pid {} ({}): {} Vulkan allocation{} never freed, {} in all\n",
+                 state == "running" ? "SUSPECTED LEAKS" : "LEAK REPORT", pid, p.comm, rows.size(),
+                 rows.size() == 1 ? "" : "s", human(total));
+  static const Table table({{"MEMORY", -16}, {"SIZE", 12}, {"AGE", 10}, {"API", -24}, {"DEVICE", 6}, {"KIND", 0}});
+  table.header(out_.buf());
+  for (auto& [h, b] : rows)
+    table.row(out_.buf(), {hex(h), human(b->size_bytes), human_age(now > b->at_ns ? now - b->at_ns : 0),
+                           "vkAllocateMemory", "-", fmt::format("vulkan memory type {}", b->mem_type)});
+  fmt::format_to(it, "\n");
+}
+
 int run_memleak(const MemleakOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
@@ -317,8 +356,29 @@ int run_memleak(const MemleakOptions& o) {
   memleak.on_free([&](const MemleakFreeEvent& e) { view.free_event(e); });
   memleak.on_context_released([&](const MemleakContextRelease& c) { view.context_released(c); });
   memleak.on_end([&](const MemleakProcess& p, const std::vector<MemleakLeak>& l) { view.ended(p, l); });
+  // Vulkan memory: its allocations and frees, from the graphics collector on the same session.
+  FrameTracker vk([](const Frame&) {});
+  std::set<uint32_t> vk_suspected;
+  GraphicsCollector gfx(session, {o.scope}, [&](const gs_gfx_event& e, std::string_view comm) { vk.add(e, comm); });
   session.start();
   memleak.start(session);
+  if (o.scope.pids.empty()) gfx.attach_system_libraries();
+  // Processes that exited leave their report; those still running list what is past --min-age once.
+  auto vulkan_report = [&](bool at_end) {
+    gfx.drain();
+    std::vector<uint32_t> gone;
+    for (auto& [pid, p] : vk.processes()) {
+      if (!process_running(static_cast<pid_t>(pid))) {
+        view.vulkan(pid, p, "exited", 0);
+        gone.push_back(pid);
+      } else if (!at_end && o.min_age_s > 0 && !vk_suspected.count(pid)) {
+        const size_t n = p.memory.live.size();
+        view.vulkan(pid, p, "running", static_cast<uint64_t>(o.min_age_s * 1e9));
+        if (n) vk_suspected.insert(pid);
+      }
+    }
+    for (uint32_t pid : gone) vk.forget(pid), vk_suspected.erase(pid);
+  };
 
   std::optional<uint64_t> min_age;
   if (o.min_age_s > 0) min_age = static_cast<uint64_t>(o.min_age_s * 1e9);
@@ -326,6 +386,7 @@ int run_memleak(const MemleakOptions& o) {
   EventLoop loop(o.common.duration_s);
   memleak.watch(loop);
   session.watch(loop);
+  gfx.watch(loop);
   loop.after_wakeup([&] {
     memleak.tick();
     view.flush();
@@ -333,17 +394,25 @@ int run_memleak(const MemleakOptions& o) {
   loop.every(o.interval_s, [&] {
     memleak.sweep();
     view.interval(memleak.snapshot(min_age, suspected));
+    vulkan_report(false);
+    view.flush();
   });
   auto st = session.stats();
   fprintf(stderr,
-          "gpuscope: tracking GPU memory at %zu probes in %zu CUDA objects; summary every %g s. Ctrl-C to end.\n",
-          st.probes, st.objects, o.interval_s);
+          "gpuscope: tracking GPU memory at %zu probes in %zu CUDA objects and Vulkan memory through %zu graphics "
+          "library files; summary every %g s. Ctrl-C to end.\n",
+          st.probes, st.objects, gfx.library_files(), o.interval_s);
   loop.run();
   session.detach();
+  gfx.detach();
   memleak.drain();
   memleak.sweep();
   view.interval(memleak.snapshot());
+  vulkan_report(true);
   view.drops(memleak.stats(), session.stats());
+  if (auto g = gfx.stats(); g.lost_ringbuf || g.lost_state)
+    fprintf(stderr, "gpuscope: not recorded: %llu Vulkan calls (ring buffer full), %llu (no room for their state)\n",
+            (unsigned long long)g.lost_ringbuf, (unsigned long long)g.lost_state);
   return 0;
 }
 
@@ -351,7 +420,8 @@ int run_memleak(const MemleakOptions& o) {
 
 void register_memleak(CLI::App& app) {
   auto [cmd, o] = new_command<MemleakOptions>(
-      app, "memleak", "Track live GPU allocations per process; leak report when a process exits", run_memleak);
+      app, "memleak", "Track live GPU allocations (CUDA and Vulkan) per process; leak report when a process exits",
+      run_memleak);
   add_number(cmd, "--interval", o->interval_s, "Print the per-process summary every SECONDS (default 5)", "seconds",
              0.01, 86400);
   add_number(cmd, "--min-age", o->min_age_s, "List live allocations older than SECONDS as suspected leaks", "seconds",
