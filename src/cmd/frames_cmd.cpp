@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
+#include "core/histogram.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "graphics/frames.h"
@@ -103,7 +104,47 @@ class FramesView {
     out_.flush();
   }
 
-  // A process that exited, or every process at the end: the Vulkan memory it never freed.
+  // A process that exited, or every process at the end: its frame-time histograms since it was
+  // first seen, its Vulkan queues, and the Vulkan memory it never freed.
+  void process_end(uint32_t pid, const GfxProcess& p, bool exited) {
+    for (auto& [api, s] : p.series) {
+      if (s.frames == 0) continue;
+      LatencyStats h{s.buckets, s.max_ns};
+      if (o_.common.json) {
+        JsonLine j(out_.buf());
+        j.str("type", "histogram").num("pid", pid).str("comm", p.comm).str("api", gfx_api_name(api));
+        j.num("frames", s.frames).num("sum_ns", s.sum_ns).num("max_ns", s.max_ns).num("wait_ns", s.wait_ns);
+        j.begin_array("buckets");
+        for (unsigned b = 0; b < kLatBuckets; b++)
+          if (s.buckets[b]) j.begin_object().num("le_ns", bucket_le(b)).num("count", s.buckets[b]).end_object();
+        j.end_array().end();
+      } else {
+        render_histogram(
+            out_.buf(),
+            fmt::format("frame times of pid {} ({}), {}, {} frames", pid, p.comm, gfx_api_name(api), s.frames), h);
+      }
+    }
+    for (auto& [queue, q] : p.queues) {
+      const double per = q.submits ? static_cast<double>(q.cmd_buffers) / static_cast<double>(q.submits) : 0;
+      if (o_.common.json)
+        JsonLine(out_.buf())
+            .str("type", "queue")
+            .num("pid", pid)
+            .str("comm", p.comm)
+            .hex("queue", queue)
+            .num("submits", q.submits)
+            .num("cmd_buffers", q.cmd_buffers)
+            .real("cmd_buffers_per_submit", per, 2)
+            .num("presents", q.presents)
+            .end();
+      else
+        fmt::format_to(std::back_inserter(out_.buf()),
+                       "pid {} ({}) queue 0x{:x}: {} submits, {} command buffers ({:.2f} a submit), {} presents\n", pid,
+                       p.comm, queue, q.submits, q.cmd_buffers, per, q.presents);
+    }
+    memory(pid, p, exited);
+  }
+
   void memory(uint32_t pid, const GfxProcess& p, bool exited) {
     const GfxMemory& m = p.memory;
     if (m.allocs == 0 && m.untracked_frees == 0) return;
@@ -239,7 +280,7 @@ int run_frames(const FramesOptions& o) {
     std::vector<uint32_t> gone;
     for (auto& [pid, p] : tracker.processes())
       if (all || !process_running(static_cast<pid_t>(pid))) {
-        view.memory(pid, p, !all || !process_running(static_cast<pid_t>(pid)));
+        view.process_end(pid, p, !all || !process_running(static_cast<pid_t>(pid)));
         gone.push_back(pid);
       }
     for (uint32_t pid : gone) tracker.forget(pid);

@@ -134,6 +134,25 @@ TEST(Graphics, SwapchainPresentsAcquiresAndSubmit2ThroughTheStandInLoader) {
     EXPECT_EQ(f["calls"], json({{"vkAcquireNextImageKHR", 1}, {"vkQueueSubmit2", 1}, {"vkWaitForFences", 1}}))
         << f.dump();
   }
+  // At its exit: the queue's counts and the frame-time histogram since it was first seen.
+  auto queues = r.of("queue");
+  ASSERT_EQ(queues.size(), 1u) << r.err;
+  EXPECT_EQ(queues[0]["queue"], "0x51");
+  EXPECT_EQ(queues[0]["submits"], 20);
+  EXPECT_EQ(queues[0]["cmd_buffers"], 60);
+  EXPECT_EQ(queues[0]["cmd_buffers_per_submit"], 3.0);
+  EXPECT_EQ(queues[0]["presents"], 21);
+  auto hist = r.of("histogram");
+  ASSERT_EQ(hist.size(), 1u);
+  EXPECT_EQ(hist[0]["frames"], 20);
+  // The histogram holds exactly the frames' durations, each in its log2 bucket.
+  std::map<uint64_t, uint64_t> want, got;
+  for (auto& f : r.of("frame")) {
+    const auto d = f["duration_ns"].get<uint64_t>();
+    want[(uint64_t{2} << (63 - __builtin_clzll(d))) - 1]++;
+  }
+  for (auto& b : hist[0]["buckets"]) got[b["le_ns"].get<uint64_t>()] = b["count"].get<uint64_t>();
+  EXPECT_EQ(got, want);
   auto mem = r.of("memory");
   ASSERT_EQ(mem.size(), 1u);
   EXPECT_EQ(mem[0]["outstanding_bytes"], 5 << 20);
