@@ -316,16 +316,16 @@ void register_frames(CLI::App& app) {
   auto [cmd, o] = new_command<FramesOptions>(
       app, "frames", "Frame times of Vulkan, EGL and GLX renderers, and what the slowest frames waited on", run_frames,
       false);
-  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.05, 86400);
-  add_number(cmd, "--slowest", o->slowest,
-             "The N slowest frames of each interval, with what happened inside (default 3)", "N", 0, 1000);
-  cmd->add_flag("--every-frame", o->every_frame, "With --json, a line for every frame");
-  cmd->add_flag("!--no-cuda", o->cuda, "Do not trace the CUDA calls inside frames");
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope frames                    # every renderer on the host, a table a second\n"
       "  gpuscope frames -p 1234 --slowest 5\n"
       "  gpuscope frames -c game --json --every-frame -d 10");
+  add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.05, 86400);
+  add_number(cmd, "--slowest", o->slowest,
+             "The N slowest frames of each interval, with what happened inside (default 3)", "N", 0, 1000);
+  cmd->add_flag("--every-frame", o->every_frame, "With --json, a line for every frame");
+  cmd->add_flag("!--no-cuda", o->cuda, "Do not trace the CUDA calls inside frames");
 }
 
 }  // namespace gpuscope

@@ -109,7 +109,7 @@ class GraphicsRecorder {
     }
     const bool end =
         e.call == GS_GFX_VK_QUEUE_PRESENT || e.call == GS_GFX_EGL_SWAP_BUFFERS || e.call == GS_GFX_GLX_SWAP_BUFFERS;
-    in_.graphics.push_back({e.start_ns, e.dur_ns, e.pid, e.tid, gfx_call_name(e.call), end});
+    in_.graphics.push_back({{e.start_ns, e.dur_ns, e.pid}, e.tid, gfx_call_name(e.call), end});
     auto& tn = in_.threads[{e.pid, e.tid}];
     if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
     if (!in_.comms.count(e.pid)) in_.comms[e.pid] = std::string(comm);

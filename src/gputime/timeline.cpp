@@ -136,25 +136,17 @@ ThreadSlices write_calls(TraceWriter& w, const TimelineInput& in, TimelineStats&
 // Graphics calls on their threads (presents and swaps marked), frames on their process's track.
 void write_graphics(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
   for (auto& g : in.graphics) {
-    w.event()
-        .str("ph", "X")
-        .str("cat", "graphics")
-        .str("name", g.name)
-        .num("pid", g.pid)
-        .num("tid", g.tid)
-        .real("ts", w.us(g.start_ns), 3)
-        .real("dur", g.dur_ns / 1e3, 3)
-        .end();
-    if (g.frame_end)
-      w.event()
-          .str("ph", "i")
-          .str("s", "p")
-          .str("cat", "graphics")
-          .str("name", g.name)
-          .num("pid", g.pid)
-          .num("tid", g.tid)
-          .real("ts", w.us(g.start_ns), 3)
-          .end();
+    for (const char* ph : {"X", "i"}) {
+      if (*ph == 'i' && !g.frame_end) continue;
+      JsonLine j = w.event();
+      j.str("ph", ph).str("cat", "graphics").str("name", g.name).num("pid", g.pid).num("tid", g.tid);
+      j.real("ts", w.us(g.start_ns), 3);
+      if (*ph == 'X')
+        j.real("dur", g.dur_ns / 1e3, 3);
+      else
+        j.str("s", "p");
+      j.end();
+    }
     st.graphics_spans++;
   }
   for (auto& f : in.frames) {

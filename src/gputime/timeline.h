@@ -29,16 +29,18 @@ struct CallSpan {
   uint8_t layer = 0;
 };
 
-// One graphics call (the graphics collector's), and one frame. Names are static strings.
-struct GraphicsSpan {
-  uint64_t start_ns = 0, dur_ns = 0;  // CLOCK_BOOTTIME
-  uint32_t pid = 0, tid = 0;
+// One graphics call (the graphics collector's), and one frame: a span of a process (CLOCK_BOOTTIME)
+// with what it is. Names are static strings.
+struct ProcessSpan {
+  uint64_t start_ns = 0, dur_ns = 0;
+  uint32_t pid = 0;
+};
+struct GraphicsSpan : ProcessSpan {
+  uint32_t tid = 0;
   const char* name = "";
   bool frame_end = false;  // a present or a swap: an instant mark too
 };
-struct FrameSpan {
-  uint64_t start_ns = 0, dur_ns = 0;
-  uint32_t pid = 0;
+struct FrameSpan : ProcessSpan {
   uint64_t number = 0;
   const char* api = "";
   uint32_t submits = 0, waits = 0, cuda_launches = 0;

@@ -91,10 +91,6 @@ size_t GraphicsCollector::library_files() const {
   return n;
 }
 
-void GraphicsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
-
-void GraphicsCollector::drain() { rb_->drain(); }
-
 void GraphicsCollector::handle(const void* data, size_t size) {
   if (size < sizeof(gs_gfx_event)) return;
   gs_gfx_event e;

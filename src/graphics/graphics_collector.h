@@ -40,8 +40,8 @@ class GraphicsCollector {
   ~GraphicsCollector();
   // Attaches the copies the dynamic linker's cache lists; returns their paths.
   std::vector<std::string> attach_system_libraries();
-  void watch(EventLoop& loop);
-  void drain();
+  void watch(EventLoop& loop) { loop.watch(*rb_); }
+  void drain() { rb_->drain(); }
   Stats stats() const;
   // Processes seen mapping one of the libraries, and the library files attached.
   const std::set<pid_t>& graphics_pids() const { return pids_; }

@@ -18,6 +18,25 @@ using T = PromSet::Type;
 // 20 FPS frames (16.7, 33.3 and 50 ms) fall in three different buckets.
 constexpr unsigned kFirstBucket = 18, kLastBucket = 29;
 
+const struct {
+  const char* name;
+  PromSet::Type type;
+  const char* help;
+} kFamilies[] = {
+    {"gpuscope_frame_duration_seconds", T::histogram,
+     "Frame times (present to present, swap to swap, or fenced submit to fenced submit offscreen)"},
+    {"gpuscope_graphics_submits_total", T::counter, "Vulkan queue submissions (vkQueueSubmit, vkQueueSubmit2)"},
+    {"gpuscope_graphics_command_buffers_total", T::counter, "Command buffers in the Vulkan submissions"},
+    {"gpuscope_graphics_presents_total", T::counter, "Vulkan presents (vkQueuePresentKHR)"},
+    {"gpuscope_graphics_wait_seconds_total", T::counter,
+     "Time frames spent in fence, queue, device and image waits and glFinish"},
+    {"gpuscope_graphics_memory_outstanding_bytes", T::gauge,
+     "Vulkan device memory allocated and not freed (vkAllocateMemory, vkFreeMemory)"},
+    {"gpuscope_graphics_memory_outstanding_allocations", T::gauge, "Vulkan device memory allocations not freed"},
+    {"gpuscope_graphics_memory_leaked_bytes_total", T::counter,
+     "Vulkan device memory still allocated when its process exited, every process since the agent started"},
+};
+
 struct GraphicsOfProcess {
   std::map<GfxApi, FrameSeries> series;
   uint64_t submits = 0, cmd_buffers = 0, presents = 0;
@@ -77,19 +96,7 @@ class GraphicsAgent final : public AgentCollector {
   }
 
   void metrics(PromSet& m) override {
-    m.family("gpuscope_frame_duration_seconds", T::histogram,
-             "Frame times (present to present, swap to swap, or fenced submit to fenced submit offscreen)");
-    m.family("gpuscope_graphics_submits_total", T::counter, "Vulkan queue submissions (vkQueueSubmit, vkQueueSubmit2)");
-    m.family("gpuscope_graphics_command_buffers_total", T::counter, "Command buffers in the Vulkan submissions");
-    m.family("gpuscope_graphics_presents_total", T::counter, "Vulkan presents (vkQueuePresentKHR)");
-    m.family("gpuscope_graphics_wait_seconds_total", T::counter,
-             "Time frames spent in fence, queue, device and image waits and glFinish");
-    m.family("gpuscope_graphics_memory_outstanding_bytes", T::gauge,
-             "Vulkan device memory allocated and not freed (vkAllocateMemory, vkFreeMemory)");
-    m.family("gpuscope_graphics_memory_outstanding_allocations", T::gauge,
-             "Vulkan device memory allocations not freed");
-    m.family("gpuscope_graphics_memory_leaked_bytes_total", T::counter,
-             "Vulkan device memory still allocated when its process exited, every process since the agent started");
+    for (auto& [name, type, help] : kFamilies) m.family(name, type, help);
     std::vector<double> bounds;
     for (unsigned b = kFirstBucket; b <= kLastBucket; b++)
       bounds.push_back(static_cast<double>(bucket_le(b) + 1) / 1e9);
