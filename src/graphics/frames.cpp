@@ -130,13 +130,17 @@ void FrameTracker::add(const gs_gfx_event& e, std::string_view comm) {
 }
 
 void FrameTracker::add_cuda(uint32_t pid, uint64_t ts_ns, std::string_view api, bool launch, bool driver) {
-  auto it = procs_.find(pid);
-  if (it == procs_.end() || it->second.series.empty()) return;
+  // Kept for a process not seen rendering yet too: its first graphics calls may come later from
+  // their own ring buffer. settle() lets them go once past the horizon.
   keep(pid, {ts_ns, 0, 0, 0, static_cast<uint8_t>(launch ? (driver ? 2 : 1) : 0), api});
 }
 
 void FrameTracker::settle(uint64_t horizon_ns) {
   for (auto& [pid, p] : procs_) settle(pid, p, horizon_ns);
+  for (auto it = content_.begin(); it != content_.end();) {
+    if (!procs_.count(it->first)) std::erase_if(it->second, [&](const Content& c) { return c.ts_ns < horizon_ns; });
+    it = it->second.empty() ? content_.erase(it) : std::next(it);
+  }
 }
 
 void FrameTracker::settle_process(uint32_t pid, uint64_t horizon_ns) {

@@ -90,7 +90,7 @@ class FrameTracker {
 
   void add(const gs_gfx_event& e, std::string_view comm);
   // A CUDA call that started at ts_ns (CLOCK_BOOTTIME) in a process, of the driver API or the
-  // runtime's; kept only for a process with graphics frames. A frame's launches are its driver
+  // runtime's; kept until settle() finds it in no frame. A frame's launches are its driver
   // launches when it has any (every runtime launch reaches one), else its runtime launches.
   void add_cuda(uint32_t pid, uint64_t ts_ns, std::string_view api, bool launch, bool driver);
   // Frames that ended before horizon_ns (CLOCK_BOOTTIME) are finished: what started inside

@@ -102,7 +102,7 @@ TEST(FrameTracker, ThePresentsOfASwapchainTakeOverFromFencedSubmits) {
 
 TEST(FrameTracker, EglAndGlxSwapsAreSeparateSeriesAndCudaOfOtherProcessesIsIgnored) {
   Tracked k;
-  k.t.add_cuda(100, at(0), "cudaLaunchKernel", true, false);  // no frames yet: not kept
+  k.t.add_cuda(100, at(0) - 1, "cudaLaunchKernel", true, false);  // before its first frame
   k.t.add(ev(GS_GFX_EGL_SWAP_BUFFERS, 0), "app");
   k.t.add(ev(GS_GFX_GL_FINISH, 5, 4), "app");
   k.t.add_cuda(200, at(6), "cudaLaunchKernel", true, false);  // another process
@@ -118,6 +118,20 @@ TEST(FrameTracker, EglAndGlxSwapsAreSeparateSeriesAndCudaOfOtherProcessesIsIgnor
   EXPECT_EQ(k.frames[1].api, GfxApi::glx);
   EXPECT_EQ(k.frames[1].duration_ns(), 30 * kMs);
   EXPECT_EQ(k.frames[1].number, 1u);
+}
+
+// The CUDA calls of a frame may come before its graphics calls are read (two ring buffers).
+TEST(FrameTracker, CudaCallsReadBeforeTheFramesGraphicsCallsStillCount) {
+  Tracked k;
+  k.t.add_cuda(100, at(12), "cudaLaunchKernel", true, false);
+  k.t.add_cuda(300, at(12), "cudaLaunchKernel", true, false);  // a process that never renders
+  k.t.settle(at(5));
+  k.t.add(submit(10, true), "app");
+  k.t.add(submit(30, true), "app");
+  k.t.settle(at(40));
+  ASSERT_EQ(k.frames.size(), 1u);
+  EXPECT_EQ(k.frames[0].cuda_launches, 1u);
+  EXPECT_EQ(k.t.content_dropped(), 0u);
 }
 
 TEST(FrameTracker, DeviceMemoryOutstandingFailuresAndUnknownFrees) {
