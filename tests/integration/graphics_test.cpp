@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -198,6 +199,14 @@ TEST(Graphics, BadInputOneLineExitTwoNothingLeftBehind) {
   expect_usage_error("frames", {"--interval", "0"});
   expect_usage_error("frames", {"--slowest", "-1"});
   expect_usage_error("frames", {"-p", "999999"});
+  // No loader anywhere: the dynamic linker's cache emptied in a mount namespace of its own, and no
+  // process in scope.
+  auto none = run({"unshare", "-m", "sh", "-c",
+                   "mount --bind /dev/null /etc/ld.so.cache && exec " + gpuscope_bin() + " frames -c gs_no_such -d 1"});
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_EQ(std::count(none.err.begin(), none.err.end(), '\n'), 1) << none.err;
+  EXPECT_NE(none.err.find("no Vulkan loader or GL library found"), std::string::npos) << none.err;
+  EXPECT_EQ(none.out, "");
   sleeper.signal(SIGKILL);
   sleeper.wait(10);
   EXPECT_EQ(bpf_state(), before);
