@@ -150,6 +150,10 @@ void FrameTracker::settle_process(uint32_t pid, uint64_t horizon_ns) {
 
 void FrameTracker::settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns) {
   auto& content = content_[pid];
+  // Calls come nearly in time order (two ring buffers interleave): sorted once, each frame
+  // finds its first call by binary search rather than scanning all of them.
+  const auto by_ts = [](const Content& a, const Content& b) { return a.ts_ns < b.ts_ns; };
+  if (!std::is_sorted(content.begin(), content.end(), by_ts)) std::stable_sort(content.begin(), content.end(), by_ts);
   uint64_t keep_from = horizon_ns;
   for (auto& [api, s] : p.series) {
     while (!s.ended.empty() && s.ended.front().second <= horizon_ns) {
@@ -162,8 +166,10 @@ void FrameTracker::settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns) {
       f.start_ns = start;
       f.end_ns = end;
       uint32_t launches[3] = {};
-      for (const Content& c : content) {
-        if (c.ts_ns < start || c.ts_ns >= end) continue;
+      auto first = std::lower_bound(content.begin(), content.end(), start,
+                                    [](const Content& c, uint64_t ts) { return c.ts_ns < ts; });
+      for (auto it = first; it != content.end() && it->ts_ns < end; ++it) {
+        const Content& c = *it;
         if (c.call == 0) {
           f.cuda_calls++;
           launches[c.launch]++;
@@ -190,7 +196,8 @@ void FrameTracker::settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns) {
     const uint64_t from = !s.ended.empty() ? s.ended.front().first : s.open_ns ? s.open_ns : horizon_ns;
     keep_from = std::min(keep_from, from);
   }
-  std::erase_if(content, [&](const Content& c) { return c.ts_ns < keep_from; });
+  content.erase(content.begin(), std::lower_bound(content.begin(), content.end(), keep_from,
+                                                  [](const Content& c, uint64_t ts) { return c.ts_ns < ts; }));
 }
 
 void FrameTracker::forget(uint32_t pid) {
