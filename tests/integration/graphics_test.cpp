@@ -235,8 +235,16 @@ TEST(GraphicsAgent, FrameHistogramsSubmitsPresentsAndTheLeakAtExit) {
                  "graphics", "--interval", "0.2"});
   ASSERT_TRUE(agent.wait_for("\"type\":\"agent\"", 30)) << agent.err();
   const int port = parse_lines(agent.out()).at(0).at("port").get<int>();
+  const double files = sample(http_get(port, "/metrics").body, "gpuscope_graphics_library_files");
   Process app({fixture("vk_present_app"), "--frames", "40", "--slow-every", "10", "--slow-ms", "60"});
   const std::string pid = "pid=\"" + std::to_string(ready_pid(app)) + "\"";
+  // Its stand-in loader (in no linker cache) is probed once the agent has rescanned the process.
+  bool probed = false;
+  for (int i = 0; i < 300 && !probed; i++) {
+    probed = sample(http_get(port, "/metrics").body, "gpuscope_graphics_library_files") == files + 1;
+    if (!probed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(probed) << agent.err();
   app.signal(SIGUSR1);
   ASSERT_EQ(app.wait(60), 0) << app.err();
   std::string m;

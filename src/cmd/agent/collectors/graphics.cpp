@@ -35,6 +35,8 @@ const struct {
     {"gpuscope_graphics_memory_outstanding_allocations", T::gauge, "Vulkan device memory allocations not freed"},
     {"gpuscope_graphics_memory_leaked_bytes_total", T::counter,
      "Vulkan device memory still allocated when its process exited, every process since the agent started"},
+    {"gpuscope_graphics_library_files", T::gauge,
+     "Copies of the Vulkan loader and the GL dispatch libraries probed (the linker cache's and the processes')"},
 };
 
 struct GraphicsOfProcess {
@@ -124,6 +126,7 @@ class GraphicsAgent final : public AgentCollector {
       m.add("gpuscope_graphics_memory_outstanding_allocations", l, static_cast<double>(s->allocations));
     });
     m.add("gpuscope_graphics_memory_leaked_bytes_total", {}, static_cast<double>(leaked_bytes_));
+    m.add("gpuscope_graphics_library_files", {}, static_cast<double>(collector_->library_files()));
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
