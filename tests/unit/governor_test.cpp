@@ -19,7 +19,12 @@ TEST(Governor, StepsDownOverTheLimitAndUpUnderHalfOfIt) {
   EXPECT_EQ(g.decide(0.9), 2u);
   EXPECT_EQ(g.decide(0.9), 2u);
   EXPECT_EQ(g.decide(0.9), 1u);
-  // A window over the limit resets the calm count.
+  // A window between half and the limit pauses the calm count; one over the limit resets it.
+  EXPECT_EQ(g.decide(0.9), 1u);
+  EXPECT_EQ(g.decide(1.5), 1u);
+  EXPECT_EQ(g.decide(0.9), 1u);
+  EXPECT_EQ(g.decide(0.9), 0u);
+  EXPECT_EQ(g.decide(9), 1u);
   EXPECT_EQ(g.decide(0.9), 1u);
   EXPECT_EQ(g.decide(0.9), 1u);
   EXPECT_EQ(g.decide(2.5), 2u);

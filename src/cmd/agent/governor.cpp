@@ -35,14 +35,13 @@ unsigned Governor::decide(double cpu) {
     return level_;
   }
   if (just_up) calm_needed_ = cfg_.calm_windows;  // the step up held
-  if (level_ && cpu < 0.5 * cfg_.max_cpu_percent) {
-    if (++calm_ >= calm_needed_) {
-      calm_ = 0;
-      just_up_ = true;
-      return --level_;
-    }
-  } else {
+  // A window between half the limit and the limit neither counts nor resets the calm count: on a
+  // busy host an idle agent's windows scatter around its mean, and requiring a run of them all
+  // under the margin could keep it down long after the load went away.
+  if (level_ && cpu < 0.5 * cfg_.max_cpu_percent && ++calm_ >= calm_needed_) {
     calm_ = 0;
+    just_up_ = true;
+    return --level_;
   }
   return level_;
 }

@@ -1,9 +1,9 @@
 #pragma once
 // The overhead governor: keeps the agent's own CPU use (all its threads, user and system) under
 // --max-cpu-percent of one core. Past the limit over a window it steps down one level, each level
-// cutting work by its factor; it steps back up after a few windows under half the limit (a
-// margin, so that restoring does not push it straight back over; when it does anyway, the next
-// step up waits twice as long).
+// cutting work by its factor; it steps back up after a few windows under half the limit, none
+// over it in between (a margin, so that restoring does not push it straight back over; when it
+// does anyway, the next step up waits twice as long).
 #include <cstdint>
 #include <functional>
 #include <string>
