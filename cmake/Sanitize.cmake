@@ -7,6 +7,9 @@
 # scripts/test-asan.sh builds and runs this configuration (build-asan/).
 option(GPUSCOPE_SANITIZE "Build with -fsanitize=address,undefined" OFF)
 set(GPUSCOPE_SANITIZE_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+# -O1 -g1 (line tables: reports still name function, file and line) after the build type's -O2 -g:
+# half the compile time on CI's 2 cores (34 s to 16 s for agent.cpp), and the level ASAN advises.
+set(GPUSCOPE_SANITIZE_COMPILE_FLAGS ${GPUSCOPE_SANITIZE_FLAGS} -O1 -g1)
 
 # Called at the end of the top-level CMakeLists.txt, once every target exists.
 function(gpuscope_sanitize_targets dir)
@@ -28,10 +31,10 @@ function(gpuscope_sanitize_targets dir)
       continue()
     endif()
     if(type MATCHES "^(EXECUTABLE|SHARED_LIBRARY|MODULE_LIBRARY)$")
-      target_compile_options(${t} PRIVATE ${GPUSCOPE_SANITIZE_FLAGS})
+      target_compile_options(${t} PRIVATE ${GPUSCOPE_SANITIZE_COMPILE_FLAGS})
       target_link_options(${t} PRIVATE ${GPUSCOPE_SANITIZE_FLAGS})
     elseif(type MATCHES "^(STATIC_LIBRARY|OBJECT_LIBRARY)$")
-      target_compile_options(${t} PRIVATE ${GPUSCOPE_SANITIZE_FLAGS})
+      target_compile_options(${t} PRIVATE ${GPUSCOPE_SANITIZE_COMPILE_FLAGS})
     endif()
   endforeach()
   get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)

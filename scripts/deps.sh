@@ -6,8 +6,10 @@ pkgs=(cmake make ninja-build g++ clang libbpf-dev bpftool libelf-dev libdw-dev z
       python3 util-linux libcap2-bin
       # the DRM uapi header the ioctl decoder is tested against
       libdrm-dev
-      # the graphics fixtures: Vulkan on lavapipe, OpenGL ES through EGL on llvmpipe (no GPU, no display)
+      # the graphics fixtures: Vulkan on lavapipe, OpenGL ES through EGL on llvmpipe (no GPU, no
+      # display), OpenGL through GLX on an Xvfb display
       mesa-vulkan-drivers libvulkan-dev libegl-dev libgles-dev libegl-mesa0 libgl1-mesa-dri
+      libgl-dev libglx-mesa0 libx11-dev xvfb xauth
       # the agent's tests: a real Prometheus scrape and promtool check metrics
       prometheus
       # deploy/ checks: promtool (above), systemd-analyze; node below

@@ -1,6 +1,7 @@
 // gpuscope frames against real renderers: Vulkan on lavapipe (offscreen: fenced submits end the
-// frames), OpenGL ES on llvmpipe through EGL's surfaceless platform (pbuffer swaps), the real
-// libcudart's launches inside Vulkan frames, and swapchain presents through the stand-in loader.
+// frames), OpenGL ES on llvmpipe through EGL's surfaceless platform (pbuffer swaps), OpenGL through
+// GLX on an Xvfb window (glXSwapBuffers), the real libcudart's launches inside Vulkan frames, and
+// swapchain presents through the stand-in loader.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -38,8 +40,9 @@ struct FramesRun {
 };
 
 // The app waits for SIGUSR1 once ready; gpuscope frames -p follows it and ends when it does.
-FramesRun frames_of(const std::vector<std::string>& app_argv, std::vector<std::string> extra = {}) {
-  Process app(app_argv);
+FramesRun frames_of(const std::vector<std::string>& app_argv, std::vector<std::string> extra = {},
+                    const std::vector<std::string>& app_env = {}) {
+  Process app(app_argv, app_env);
   pid_t pid = ready_pid(app);
   std::vector<std::string> argv{gpuscope_bin(), "frames",        "-p",        std::to_string(pid),
                                 "--json",       "--every-frame", "--slowest", "10"};
@@ -172,6 +175,47 @@ TEST(Graphics, EglPbufferSwapsAndGlFinishWaits) {
     EXPECT_EQ(f["calls"], json({{"glFinish", 1}})) << f.dump();
   }
   EXPECT_TRUE(r.of("memory").empty());  // no Vulkan memory
+}
+
+// An X server of its own (Xvfb, installed by scripts/deps.sh) on the first free display from :90.
+struct XServer {
+  std::unique_ptr<Process> p;
+  std::string display;
+  XServer() {
+    for (int n = 90; n < 130 && !p; n++) {
+      const std::string lock = "/tmp/.X" + std::to_string(n) + "-lock";
+      const std::string sock = "/tmp/.X11-unix/X" + std::to_string(n);
+      if (access(lock.c_str(), F_OK) == 0 || access(sock.c_str(), F_OK) == 0) continue;
+      display = ":" + std::to_string(n);
+      p = std::make_unique<Process>(
+          std::vector<std::string>{"Xvfb", display, "-nolisten", "tcp", "-screen", "0", "320x240x24"});
+      for (int i = 0; i < 100 && access(sock.c_str(), F_OK) != 0; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (access(sock.c_str(), F_OK) != 0) ADD_FAILURE() << "Xvfb " << display << " did not start: " << p->err();
+    }
+  }
+  ~XServer() {
+    if (!p) return;
+    p->signal(SIGTERM);  // not the harness's SIGKILL: Xvfb removes its lock and socket itself
+    p->wait(10);
+  }
+};
+
+TEST(Graphics, GlxWindowSwapsOnAnXServer) {
+  XServer x;
+  ASSERT_TRUE(x.p) << "no free X display from :90";
+  FramesRun r = frames_of({fixture("glx_frames"), "--frames", "20", "--slow-every", "5", "--slow-ms", "60"},
+                          {"--no-cuda"}, {"DISPLAY=" + x.display});
+  expect_frames(r, "glx", 20, 5, 60);
+  // libGL.so.1's glXSwapBuffers calls libGLX's: each swap counted once, and glFinish through libGL.
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["waits"], 1) << f.dump();
+    EXPECT_EQ(f["calls"], json({{"glFinish", 1}})) << f.dump();
+    EXPECT_EQ(f["submits"], 0) << f.dump();
+  }
+  auto summary = r.of("summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["events"], 21 + 20) << "21 swaps and 20 glFinish calls";
 }
 
 // Host-wide, the libraries of the dynamic linker's cache are probed: a renderer started later is
