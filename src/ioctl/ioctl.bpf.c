@@ -26,6 +26,8 @@ struct inflight_call {
 	__u64 start_ns;
 	__u32 rdev;
 	__u32 request;
+	__u64 arg;      /* DRM_IOCTL_VERSION only: the user's struct drm_version */
+	__u64 name_cap; /* and the name buffer's size it gave */
 };
 
 struct {
@@ -62,6 +64,13 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* rdev */
+	__type(value, struct gs_drm_driver);
+} drm_drivers SEC(".maps");
 
 GS_RINGBUF(events, 1 << 20);
 
@@ -116,7 +125,31 @@ static __always_inline bool maybe_gpu_request(__u32 request)
 	return type == 'F' || type == 'd' || request < 0x1000 || (request & ~0xfu) == 0x30000000;
 }
 
-static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
+/* The driver's name from a DRM_IOCTL_VERSION that succeeded: the kernel copied at most the
+ * buffer's size, without a NUL, and wrote the name's full length back into name_len. */
+static __always_inline void learn_drm_driver(const struct inflight_call *c)
+{
+	__u64 len = 0, name = 0;
+	if (bpf_probe_read_user(&len, sizeof(len),
+	                        (void *)(c->arg + GS_DRM_VERSION_NAME_LEN_OFF)) ||
+	    bpf_probe_read_user(&name, sizeof(name), (void *)(c->arg + GS_DRM_VERSION_NAME_OFF)) ||
+	    !name)
+		return;
+	if (len > c->name_cap)
+		len = c->name_cap;
+	if (len > GS_DRM_DRIVER_NAME_MAX - 1)
+		len = GS_DRM_DRIVER_NAME_MAX - 1;
+	if (!len)
+		return;
+	struct gs_drm_driver d = {};
+	if (bpf_probe_read_user(d.name, len & (GS_DRM_DRIVER_NAME_MAX - 1), (void *)name))
+		return;
+	__u32 rdev = c->rdev;
+	if (bpf_map_update_elem(&drm_drivers, &rdev, &d, BPF_ANY))
+		count_drop(GS_IOCTL_DROP_MAP_FULL);
+}
+
+static __always_inline void on_ioctl_enter(__u64 fd, __u64 request, __u64 arg)
 {
 	if (!maybe_gpu_request(request))
 		return;
@@ -129,6 +162,11 @@ static __always_inline void on_ioctl_enter(__u64 fd, __u64 request)
 		return;
 	struct inflight_call c = {
 	        .start_ns = bpf_ktime_get_boot_ns(), .rdev = rdev, .request = (__u32)request};
+	if ((__u32)request == GS_DRM_IOCTL_VERSION && rdev >> GS_KDEV_MINORBITS == GS_DRM_MAJOR &&
+	    arg &&
+	    !bpf_probe_read_user(&c.name_cap, sizeof(c.name_cap),
+	                         (void *)(arg + GS_DRM_VERSION_NAME_LEN_OFF)))
+		c.arg = arg;
 	if (bpf_map_update_elem(&inflight, &tid, &c, BPF_ANY)) {
 		count_drop(GS_IOCTL_DROP_STATE_FULL);
 		return;
@@ -148,6 +186,8 @@ static __always_inline void on_ioctl_exit(__s64 ret)
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 dur = now - c->start_ns;
 	struct gs_ioctl_key k = {.pid = id >> 32, .rdev = c->rdev, .request = c->request};
+	if (c->arg && ret == 0)
+		learn_drm_driver(c);
 	bpf_map_delete_elem(&inflight, &tid);
 	__sync_fetch_and_sub(&pending, 1);
 
@@ -255,7 +295,7 @@ int gs_openat2_exit(struct trace_event_raw_sys_exit *ctx)
 SEC("tp/syscalls/sys_enter_ioctl")
 int gs_ioctl_enter(struct trace_event_raw_sys_enter *ctx)
 {
-	on_ioctl_enter(ctx->args[0], ctx->args[1]);
+	on_ioctl_enter(ctx->args[0], ctx->args[1], ctx->args[2]);
 	return 0;
 }
 
@@ -281,7 +321,8 @@ int gs_raw_enter(struct bpf_raw_tracepoint_args *ctx)
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
 	long nr = ctx->args[1];
 	if (nr == GS_NR_IOCTL)
-		on_ioctl_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
+		on_ioctl_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs),
+		               PT_REGS_PARM3_CORE_SYSCALL(regs));
 	else if (nr == GS_NR_MMAP)
 		on_mmap(PT_REGS_PARM5_CORE_SYSCALL(regs), PT_REGS_PARM2_CORE_SYSCALL(regs));
 	else if (nr == GS_NR_OPENAT || nr == GS_NR_OPENAT2)

@@ -8,6 +8,12 @@
 #define GS_NV_MAJOR 195
 #define GS_DRM_MAJOR 226     /* /dev/dri/card*, renderD* */
 #define GS_KDEV_MINORBITS 20 /* the kernel's dev_t: major << 20 | minor */
+/* DRM_IOCTL_VERSION: _IOWR('d', 0x00, struct drm_version), 64 bytes on 64-bit; its answer names
+ * the device's kernel driver. Offsets of struct drm_version's name_len and name. */
+#define GS_DRM_IOCTL_VERSION 0xC0406400u
+#define GS_DRM_VERSION_NAME_LEN_OFF 16
+#define GS_DRM_VERSION_NAME_OFF 24
+#define GS_DRM_DRIVER_NAME_MAX 32
 
 struct gs_ioctl_key {
 	__u32 pid;
@@ -59,6 +65,11 @@ struct gs_ioctl_event {
 	char comm[16];
 };
 
+/* A DRM device's kernel driver, as DRM_IOCTL_VERSION answered (keyed by the device's rdev). */
+struct gs_drm_driver {
+	char name[GS_DRM_DRIVER_NAME_MAX]; /* NUL-terminated, cut at 31 bytes */
+};
+
 enum gs_ioctl_drop {
 	GS_IOCTL_DROP_STATE_FULL,
 	GS_IOCTL_DROP_MAP_FULL,
@@ -74,6 +85,7 @@ static_assert(sizeof(gs_mmap_key) == 8);
 static_assert(sizeof(gs_ioctl_event) == 56);
 static_assert(sizeof(gs_open_key) == 8);
 static_assert(sizeof(gs_open_val) == 32);
+static_assert(sizeof(gs_drm_driver) == GS_DRM_DRIVER_NAME_MAX, "the name alone, as BPF writes it");
 #endif
 
 #endif

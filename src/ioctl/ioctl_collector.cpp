@@ -83,6 +83,10 @@ IoctlSnapshot IoctlCollector::snapshot() {
     s.opens.push_back({k, v, gone.count(k.pid) > 0});
     if (!s.opens.back().exited) known_.insert(k.pid);
   });
+  for_each_entry<uint32_t, gs_drm_driver>(bpf_map__fd(skel_->maps.drm_drivers),
+                                          [&](const uint32_t& rdev, const gs_drm_driver& d) {
+                                            s.drm_drivers[rdev] = std::string(d.name, strnlen(d.name, sizeof d.name));
+                                          });
   for (auto& r : s.ioctls)
     if (r.exited) bpf_map_delete_elem(fd, &r.key);
   for (auto& r : s.opens)

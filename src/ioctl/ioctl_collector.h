@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -41,6 +42,7 @@ struct IoctlSnapshot {
   std::vector<IoctlRow> ioctls;
   std::vector<MmapRow> mmaps;
   std::vector<OpenRow> opens;
+  std::map<uint32_t, std::string> drm_drivers;  // rdev -> kernel driver, from DRM_IOCTL_VERSION answers seen
 };
 
 struct IoctlStats {

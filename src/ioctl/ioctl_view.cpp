@@ -24,6 +24,18 @@ std::string comm_of(const V& v) {
 
 std::string IoctlView::device(uint32_t rdev) const { return nv_device_name(kmajor(rdev), kminor(rdev), o_.uvm_major); }
 
+std::string IoctlView::shown(uint32_t rdev) const {
+  auto d = drivers_.find(rdev);
+  return d == drivers_.end() ? device(rdev) : device(rdev) + " (" + d->second + ")";
+}
+
+void IoctlView::head(JsonLine& j, const char* type, uint32_t pid, std::string_view comm, uint32_t rdev) {
+  j.str("type", type).num("pid", pid).str("comm", comm);
+  where_.json(j, static_cast<pid_t>(pid));
+  j.str("dev", dev_str(rdev)).str("device", device(rdev));
+  if (auto d = drivers_.find(rdev); d != drivers_.end()) j.str("driver", d->second);
+}
+
 void IoctlView::event(const void* data, size_t size) {
   if (size < sizeof(gs_ioctl_event)) return;
   gs_ioctl_event e;
@@ -32,16 +44,14 @@ void IoctlView::event(const void* data, size_t size) {
   std::string_view comm(e.comm, strnlen(e.comm, sizeof e.comm));
   if (o_.json) {
     JsonLine j(out_.buf());
-    j.str("type", "ioctl_event").num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + realtime_offset_);
-    j.num("pid", e.pid).num("tid", e.tid).str("comm", comm);
-    where_.json(j, static_cast<pid_t>(e.pid));
-    j.str("dev", dev_str(e.rdev)).str("device", device(e.rdev));
+    head(j, "ioctl_event", e.pid, comm, e.rdev);
+    j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + realtime_offset_).num("tid", e.tid);
     j.hex("request", e.request).str("name", req.name).num("ret", e.ret).num("dur_ns", e.dur_ns);
     j.end();
   } else {
     fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:>7} {:>7} ", comm, e.pid, e.tid);
     where_.put_cells(out_.buf(), static_cast<pid_t>(e.pid));
-    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:<36} ret={} dur={:.3f}us\n", device(e.rdev),
+    fmt::format_to(std::back_inserter(out_.buf()), "{:<16} {:<36} ret={} dur={:.3f}us\n", shown(e.rdev),
                    req.name.empty() ? fmt::format("0x{:x}", e.request) : req.name, e.ret,
                    static_cast<double>(e.dur_ns) / 1000.0);
   }
@@ -96,30 +106,22 @@ IoctlView::Deltas IoctlView::deltas(const IoctlSnapshot& snap) {
 void IoctlView::json(const Deltas& d) {
   for (auto& [k, v] : d.opens) {
     JsonLine j(out_.buf());
-    j.str("type", "open").num("pid", k.pid).str("comm", comm_of(v));
-    where_.json(j, static_cast<pid_t>(k.pid));
-    j.str("dev", dev_str(k.rdev));
-    j.str("device", device(k.rdev)).num("count", v.count);
-    j.num("first_ts_ns", static_cast<int64_t>(v.first_boot_ns) + realtime_offset_).end();
+    head(j, "open", k.pid, comm_of(v), k.rdev);
+    j.num("count", v.count).num("first_ts_ns", static_cast<int64_t>(v.first_boot_ns) + realtime_offset_).end();
   }
   for (auto& [k, v] : d.ioctls) {
     auto r = decode_ioctl(kmajor(k.rdev), o_.uvm_major, k.request);
     JsonLine j(out_.buf());
-    j.str("type", "ioctl").num("pid", k.pid).str("comm", comm_of(v));
-    where_.json(j, static_cast<pid_t>(k.pid));
-    j.str("dev", dev_str(k.rdev));
-    j.str("device", device(k.rdev)).hex("request", k.request);
-    j.str("name", r.name);
+    head(j, "ioctl", k.pid, comm_of(v), k.rdev);
+    j.hex("request", k.request).str("name", r.name);
     if (r.ioc) j.str("dir", ioc_dir_name(r.dir)).num("ioc_type", r.type).num("nr", r.nr).num("size", r.size);
     j.num("count", v.count).num("errors", v.errors).num("total_ns", v.total_ns).num("max_ns", v.max_ns);
     j.end();
   }
   for (auto& [k, v] : d.mmaps) {
     JsonLine j(out_.buf());
-    j.str("type", "mmap").num("pid", k.pid).str("comm", comm_of(v));
-    where_.json(j, static_cast<pid_t>(k.pid));
-    j.str("dev", dev_str(k.rdev));
-    j.str("device", device(k.rdev)).num("count", v.count).num("bytes", v.bytes).end();
+    head(j, "mmap", k.pid, comm_of(v), k.rdev);
+    j.num("count", v.count).num("bytes", v.bytes).end();
   }
 }
 
@@ -141,7 +143,7 @@ void IoctlView::table(const Deltas& d) {
     if (r.ioc) req += fmt::format(" ({} nr=0x{:x} size={})", ioc_dir_name(r.dir), r.nr, r.size);
     fmt::format_to(it, "{:>7} {:<16} ", k.pid, comm_of(v));
     where_.put_cells(out_.buf(), static_cast<pid_t>(k.pid));
-    fmt::format_to(it, "{:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", device(k.rdev) + " " + dev_str(k.rdev), req,
+    fmt::format_to(it, "{:<16} {:<40} {:>8} {:>7} {:>12.1f} {:>10.1f}\n", shown(k.rdev) + " " + dev_str(k.rdev), req,
                    v.count, v.errors, v.total_ns / 1000.0, v.max_ns / 1000.0);
   }
   if (d.ioctls.empty()) fmt::format_to(it, "  (no ioctls on NVIDIA devices)\n");
@@ -150,17 +152,18 @@ void IoctlView::table(const Deltas& d) {
     fmt::format_to(it, "opened: pid {} ({}):", pid, comm_of(d.opens[i].second));
     for (; i < d.opens.size() && d.opens[i].first.pid == pid; i++) {
       auto& [k, v] = d.opens[i];
-      fmt::format_to(it, " {} {} x{}", device(k.rdev), dev_str(k.rdev), v.count);
+      fmt::format_to(it, " {} {} x{}", shown(k.rdev), dev_str(k.rdev), v.count);
     }
     fmt::format_to(it, "\n");
   }
   for (auto& [k, v] : d.mmaps)
-    fmt::format_to(it, "mmap: pid {} ({}) {} {}: {} calls, {} bytes\n", k.pid, comm_of(v), device(k.rdev),
+    fmt::format_to(it, "mmap: pid {} ({}) {} {}: {} calls, {} bytes\n", k.pid, comm_of(v), shown(k.rdev),
                    dev_str(k.rdev), v.count, v.bytes);
   fmt::format_to(it, "\n");
 }
 
 std::vector<gs_ioctl_key> IoctlView::interval(const IoctlSnapshot& snap, bool final) {
+  drivers_ = snap.drm_drivers;
   Deltas d = deltas(snap);
   if (o_.json)
     json(d);

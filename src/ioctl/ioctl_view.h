@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -41,6 +42,9 @@ class IoctlView {
   void json(const Deltas& d);
   void table(const Deltas& d);
   std::string device(uint32_t rdev) const;
+  std::string shown(uint32_t rdev) const;  // the device, and its DRM driver where known
+  // A row's type, process, where and device (with "driver" where known).
+  void head(JsonLine& j, const char* type, uint32_t pid, std::string_view comm, uint32_t rdev);
 
   Options o_;
   WhereView where_;
@@ -48,6 +52,7 @@ class IoctlView {
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, gs_ioctl_val> prev_;  // (pid, rdev, request)
   std::map<std::pair<uint32_t, uint32_t>, gs_mmap_val> prev_mmap_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> prev_opens_;
+  std::map<uint32_t, std::string> drivers_;  // the last snapshot's drm_drivers
   int64_t realtime_offset_ = realtime_minus_boottime_ns();
 };
 

@@ -18,6 +18,8 @@
 #include <map>
 #include <thread>
 
+#include <libdrm/drm.h>
+
 #include "harness.h"
 #include "usage_error.h"
 
@@ -153,6 +155,77 @@ TEST(Ioctl, EventsStreamOnePerCall) {
     EXPECT_GT(e["dur_ns"].get<uint64_t>(), 0u);
   }
   check(lines, 4);
+}
+
+// A DRM node (major 226) of the same kind: DRM_IOCTL_VERSION is counted by name, both syscall
+// paths, and a failed answer names no driver.
+TEST(Ioctl, DrmVersionFailedNamesNoDriver) {
+  for (bool raw : {false, true}) {
+    fs::path dir = fs::temp_directory_path() / ("gstest-drm-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    fs::path node = dir / "renderD128";
+    ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0600, makedev(226, 128)), 0) << strerror(errno);
+    std::vector<std::string> flags;
+    if (raw) flags.push_back("--raw-syscalls");
+    auto lines = around(flags, [&] {
+      int fd = open(node.c_str(), O_PATH);
+      ASSERT_GE(fd, 0) << strerror(errno);
+      char name[32] = {};
+      drm_version v{};
+      v.name_len = sizeof name;
+      v.name = name;
+      for (int i = 0; i < 3; i++) EXPECT_EQ(ioctl(fd, DRM_IOCTL_VERSION, &v), -1);
+      close(fd);
+    });
+    fs::remove_all(dir);
+    std::vector<json> io;
+    for (auto& l : lines)
+      if (l["type"] == "ioctl" && l["pid"] == getpid()) io.push_back(l);
+    ASSERT_EQ(io.size(), 1u) << (raw ? "raw_tp" : "tracepoints");
+    EXPECT_EQ(io[0]["dev"], "226:128");
+    EXPECT_EQ(io[0]["device"], "dri/renderD128");
+    EXPECT_EQ(io[0]["name"], "DRM_IOCTL_VERSION");
+    EXPECT_EQ(io[0]["count"], 3);
+    EXPECT_EQ(io[0]["errors"], 3);
+    EXPECT_FALSE(io[0].contains("driver")) << io[0].dump();
+  }
+}
+
+// Where the kernel has DRM devices, each one's driver is named as its DRM_IOCTL_VERSION answered
+// (asked as libdrm's drmGetVersion does: the lengths first, then the strings).
+TEST(Ioctl, DrmVersionNamesTheDriverOnARealNode) {
+  std::vector<fs::path> nodes;
+  if (fs::exists("/dev/dri"))
+    for (auto& e : fs::directory_iterator("/dev/dri"))
+      if (e.is_character_file()) nodes.push_back(e.path());
+  if (nodes.empty())
+    GTEST_SKIP() << "no DRM device node under /dev/dri on this machine (`gpuscope doctor` says so too); the "
+                    "failed path is checked above";
+  std::map<std::string, std::string> answered;  // dev "226:N" -> driver
+  auto lines = around({}, [&] {
+    for (auto& n : nodes) {
+      int fd = open(n.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0) continue;
+      drm_version v{};
+      if (ioctl(fd, DRM_IOCTL_VERSION, &v) == 0 && v.name_len > 0) {
+        std::string name(v.name_len, '\0');
+        v.name = name.data();
+        v.date_len = v.desc_len = 0;
+        if (ioctl(fd, DRM_IOCTL_VERSION, &v) == 0) {
+          struct stat st {};
+          fstat(fd, &st);
+          answered[std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev))] = name.substr(0, 31);
+        }
+      }
+      close(fd);
+    }
+  });
+  ASSERT_FALSE(answered.empty()) << "no node under /dev/dri answered DRM_IOCTL_VERSION";
+  std::map<std::string, std::string> seen;
+  for (auto& l : lines)
+    if (l["type"] == "ioctl" && l["pid"] == getpid() && l["name"] == "DRM_IOCTL_VERSION" && l.contains("driver"))
+      seen[l["dev"]] = l["driver"];
+  EXPECT_EQ(seen, answered);
 }
 
 // A process that opens GPU nodes and makes no ioctl is still listed, once per node.

@@ -2,6 +2,7 @@
 # usage: 79_graphics_survey.sh GPUSCOPE_BIN OUT_DIR
 # The GPU host's graphics stack, recorded as it is (issue 27): Vulkan ICDs (NVIDIA's among them),
 # the loader and the GL dispatch libraries, /dev/dri, NVML's graphics processes, doctor's view.
+# Where /dev/dri has nodes, gpuscope ioctl names each node's driver as DRM_IOCTL_VERSION answered.
 # Where the loader and NVIDIA's ICD are there, the lavapipe fixture vk_frames (built on the build
 # machine, carried in tests/gpu/bin/) renders 30 offscreen frames on the GPU while gpuscope frames
 # follows it: 30 frames, 2 submits and 2 waits each, the 2 MiB allocation left at exit. Where no
@@ -24,6 +25,54 @@ source "$(dirname "$0")/../lib/common.sh"
 } >"$OUT/survey.txt"
 "$GPUSCOPE" doctor --json >"$OUT/doctor.json" 2>&1 || true
 grep -E '"graphics_libraries"|"dri"|"frames"' "$OUT/doctor.json" >&2 || true
+
+# DRM: where /dev/dri has nodes, python asks each its DRM_IOCTL_VERSION (lengths, then strings, as
+# libdrm does) under `gpuscope ioctl -c gs79drm`; each node's driver must come out as answered.
+if compgen -G "/dev/dri/*" >/dev/null; then
+  "$GPUSCOPE" ioctl --json -c gs79drm >"$OUT/drm.jsonl" 2>"$OUT/drm.err" &
+  IOP=$!
+  track "$IOP"
+  wait_for "$OUT/drm.err" 'counting' 30 "$IOP" || fail "gpuscope ioctl did not start: $(tail -c 300 "$OUT/drm.err")"
+  python3 - >"$OUT/drm_answers.txt" <<'PY'
+import ctypes, fcntl, glob, os, struct
+ctypes.CDLL(None).prctl(15, b"gs79drm", 0, 0, 0)  # PR_SET_NAME
+VERSION = 0xC0406400  # DRM_IOCTL_VERSION
+for node in sorted(glob.glob("/dev/dri/*")):
+    try:
+        fd = os.open(node, os.O_RDWR)
+    except OSError as e:
+        print(node, "open failed:", e)
+        continue
+    buf = bytearray(64)
+    try:
+        fcntl.ioctl(fd, VERSION, buf)
+        n = struct.unpack_from("Q", buf, 16)[0]
+        name = ctypes.create_string_buffer(n + 1)
+        req = bytearray(64)
+        struct.pack_into("QQ", req, 16, n, ctypes.addressof(name))
+        fcntl.ioctl(fd, VERSION, req)
+        st = os.fstat(fd)
+        print("%d:%d %s" % (os.major(st.st_rdev), os.minor(st.st_rdev), name.value.decode()[:31]))
+    except OSError as e:
+        print(node, "DRM_IOCTL_VERSION failed:", e)
+    os.close(fd)
+PY
+  sleep 1.5
+  stop "$IOP" 20
+  cat "$OUT/drm_answers.txt" >&2
+  python3 - "$OUT/drm.jsonl" "$OUT/drm_answers.txt" <<'PY' || fail "ioctl's DRM drivers differ from the answers (drm.jsonl, drm_answers.txt)"
+import json, sys
+want = dict(l.split()[:2] for l in open(sys.argv[2]) if l[0].isdigit())
+got = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("type") == "ioctl" and r.get("name") == "DRM_IOCTL_VERSION" and "driver" in r:
+        got[r["dev"]] = r["driver"]
+print("answered", want, "gpuscope", got)
+assert want and got == want
+PY
+  echo "DRM drivers named as answered: $(tr '\n' ' ' <"$OUT/drm_answers.txt")" >&2
+fi
 
 APP="$GPU_TESTS_DIR/bin/vk_frames"
 if ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then

@@ -23,6 +23,9 @@ class IoctlAgent final : public AgentCollector {
 
   void take() override {
     IoctlSnapshot snap = collector_->snapshot();
+    drivers_.clear();
+    for (auto& [rdev, driver] : snap.drm_drivers)
+      drivers_[nv_device_name(rdev >> GS_KDEV_MINORBITS, rdev & ((1u << GS_KDEV_MINORBITS) - 1), 0)] = driver;
     now_ = exited_;
     struct PerPid {
       std::string comm;
@@ -62,6 +65,10 @@ class IoctlAgent final : public AgentCollector {
       m.add("gpuscope_ioctl_errors_total", {{"request", req}}, static_cast<double>(t.errors));
       m.add("gpuscope_ioctl_duration_seconds_total", {{"request", req}}, static_cast<double>(t.total_ns) / 1e9);
     }
+    m.family("gpuscope_drm_device_info", T::gauge,
+             "A DRM device node's kernel driver, as its DRM_IOCTL_VERSION answered a process (1 for each seen)");
+    for (auto& [device, driver] : drivers_)
+      m.add("gpuscope_drm_device_info", {{"device", device}, {"driver", driver}}, 1);
     m.family("gpuscope_process_ioctl_calls_total", T::counter, "ioctl calls on NVIDIA device nodes per process");
     host_->procs.each([&](const ProcEntry& e) {
       if (auto* p = procs_.find(e.id)) m.add("gpuscope_process_ioctl_calls_total", e.prom_labels(), p->calls);
@@ -97,8 +104,9 @@ class IoctlAgent final : public AgentCollector {
 
   AgentHost* host_ = nullptr;
   std::unique_ptr<IoctlCollector> collector_;
-  std::map<std::string, Totals> exited_;  // by request name: rows of exited processes
-  std::map<std::string, Totals> now_;     // by request name: exited plus live
+  std::map<std::string, Totals> exited_;        // by request name: rows of exited processes
+  std::map<std::string, Totals> now_;           // by request name: exited plus live
+  std::map<std::string, std::string> drivers_;  // DRM device name -> kernel driver
   PerProcess<OfProcess> procs_;
 };
 
