@@ -72,6 +72,9 @@ static struct gs_gt_batch batch_hdr = {.version = GS_GT_VERSION};
 static uint32_t handed_gen[GS_GT_CLIENTS + 1]; /* per slot (and v1's attached): generation given the names */
 static int keep_boottime;                      /* CUPTI stamps records with CLOCK_BOOTTIME through our callback */
 static int enabled, api_on, always, api_records = 1;
+/* GPUSCOPE_CUPTI_API_CALLBACKS: 1 makes launch-call records from callbacks even when CUPTI is
+ * set up at injection, 0 never (unset: only when set up late). */
+static int callbacks_mode = -1;
 static volatile int watched; /* some client is attached: records and names are handed over */
 static uint32_t share_ppm;   /* of the records being recorded now (gs_gt_batch.share_ppm) */
 static unsigned flush_ms = 100;
@@ -311,10 +314,11 @@ static const CUpti_CallbackId driver_launches[] = {
  * initialized; and again after a duty cycle's window detached it. 0 when CUPTI refuses (said
  * once). */
 static int cupti_state; /* 0 not set up, 1 ready, -1 refused */
+static int injecting;   /* inside InitializeInjection: the process's CUDA is only starting */
+static int late;        /* CUPTI was set up after the process's CUDA started */
 static pthread_mutex_t detach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int detach_pending; /* a window ended: the next launch's exit detaches CUPTI */
-static CUpti_SubscriberHandle detach_sub;
-static int kinds_on; /* how many of kinds[] are enabled */
+static int kinds_on;       /* how many of kinds[] are enabled */
 
 static int set_up(void) {
   if (cupti_state) return cupti_state > 0;
@@ -329,6 +333,7 @@ static int set_up(void) {
   keep_boottime = cu.timestampCallback && cu.timestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
   if (cu.setThreadIdType) cu.setThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   cupti_state = 1;
+  late = !injecting;
   return 1;
 }
 
@@ -366,6 +371,8 @@ static void set_api_records(int on) {
   }
 }
 
+static void set_launch_callbacks(int on);
+
 static int set_recording(int on, int full) {
   if (on && !set_up()) return 0;
   int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
@@ -373,50 +380,113 @@ static int set_recording(int on, int full) {
     if ((i < want) != (i < kinds_on)) (i < want ? cu.enable : cu.disable)(kinds[i]);
   kinds_on = want;
   enabled = on;
-  int api = on && full && api_records && cu.enableRuntimeApi && cu.enableDriverApi;
-  if (api != api_on) set_api_records(api);
+  int api = on && full && api_records;
+  if (api != api_on) {
+    if (cu.enableRuntimeApi && cu.enableDriverApi) set_api_records(api);
+    if (callbacks_mode == 1 || (callbacks_mode < 0 && late)) set_launch_callbacks(api);
+  }
   api_on = api;
   return 1;
 }
 
-/* Once initialized, CUPTI costs every CUDA call of the process even with no activity enabled
- * (measured on the H200: a duty cycle recording a tenth of the time cost as much as recording
- * always). So after a window CUPTI is detached (cuptiFinalize), and set up again for the next.
- * CUPTI wants that done at the exit of a CUDA call, so it is done in a callback at the exit of
- * the process's next launch, on the thread that made it. */
-static void CUPTIAPI detach_at_exit(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-                                    const void *data) {
-  (void)userdata, (void)domain, (void)cbid;
+/* One subscriber, as CUPTI allows, for two jobs at the launch calls:
+ * - launch-call records when CUPTI was set up after the process's CUDA started: CUPTI then gave
+ *   no launch-call activity records on the H200 (0 of 38,702 kernels had one), while its
+ *   callbacks run all the same. They are made beside the activity records (the timeline keeps
+ *   one record per correlation id), so wherever CUPTI does give both, nothing is lost or doubled;
+ * - detaching: once initialized, CUPTI costs every CUDA call of the process even with no
+ *   activity enabled (measured on the H200: a duty cycle recording a tenth of the time cost as
+ *   much as recording always). So after a window CUPTI is detached (cuptiFinalize), and set up
+ *   again for the next. CUPTI wants that done at the exit of a CUDA call, so it is done at the
+ *   exit of the process's next launch, on the thread that made it. */
+static CUpti_SubscriberHandle sub;
+static int cb_driver, cb_runtime;    /* launch callbacks enabled, by domain */
+static int api_cb;                   /* launch-call records from the callbacks */
+static __thread uint64_t entered[2]; /* a launch's entry time on this thread: driver, runtime */
+
+static uint64_t now_stamp(void) {
+  uint64_t t = 0;
+  if (keep_boottime || !cu.getTimestamp || cu.getTimestamp(&t) != CUPTI_SUCCESS) return boottime_ns();
+  return t; /* CUPTI's clock, as its records: clock_offset_ns converts both */
+}
+
+static void record_launch(int runtime, CUpti_CallbackId cbid, const CUpti_CallbackData *d) {
+  if (d->callbackSite == CUPTI_API_ENTER) {
+    entered[runtime] = now_stamp();
+    return;
+  }
+  uint64_t start = entered[runtime], end = now_stamp();
+  entered[runtime] = 0;
+  if (!start) return; /* entered before the callbacks were on */
+  pthread_mutex_lock(&lock);
+  struct gs_gt_record *r = next_slot();
+  r->kind = GS_GT_API;
+  r->sub_kind = runtime ? 1 : 2;
+  r->start_ns = start;
+  r->end_ns = end;
+  r->correlation = d->correlationId;
+  r->name_id = cbid;
+  r->tid = (uint32_t)syscall(SYS_gettid);
+  pthread_mutex_unlock(&lock);
+}
+
+static void CUPTIAPI on_launch(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
+  (void)userdata;
   const CUpti_CallbackData *d = data;
-  if (d->callbackSite != CUPTI_API_EXIT || !__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL)) return;
+  if (__atomic_load_n(&api_cb, __ATOMIC_ACQUIRE)) record_launch(domain == CUPTI_CB_DOMAIN_RUNTIME_API, cbid, d);
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || d->callbackSite != CUPTI_API_EXIT ||
+      !__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL))
+    return;
   pthread_mutex_lock(&detach_lock);
   cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   if (cu.finalize() == CUPTI_SUCCESS) {
     cupti_state = 0;
     kinds_on = 0;
     api_on = 0;
-    detach_sub = NULL; /* gone with CUPTI */
+    __atomic_store_n(&api_cb, 0, __ATOMIC_RELEASE);
+    sub = NULL; /* gone with CUPTI, and the callbacks with it */
+    cb_driver = cb_runtime = 0;
   }
   pthread_mutex_unlock(&detach_lock);
 }
 
-static void request_detach(void) {
-  if (!cu.subscribe || !cu.enableCallback || !cu.finalize || detach_pending) return;
-  if (!detach_sub && cu.subscribe(&detach_sub, detach_at_exit, NULL) != CUPTI_SUCCESS) {
-    detach_sub = NULL;
-    return;
+/* The launch callbacks of each domain on or off; 0 when CUPTI refuses a subscriber (another tool
+ * holds the one there is). */
+static int set_callbacks(int driver, int runtime) {
+  if ((driver || runtime) && !sub) {
+    if (!cu.subscribe || !cu.enableCallback || cu.subscribe(&sub, on_launch, NULL) != CUPTI_SUCCESS) {
+      sub = NULL;
+      return 0;
+    }
   }
-  for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-    cu.enableCallback(1, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+  if (!sub) return 1;
+  if (driver != cb_driver)
+    for (size_t i = 0; i < N_OF(driver_launches); i++)
+      cu.enableCallback((uint32_t)driver, sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+  if (runtime != cb_runtime)
+    for (size_t i = 0; i < N_OF(runtime_launches); i++)
+      cu.enableCallback((uint32_t)runtime, sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launches[i]);
+  cb_driver = driver;
+  cb_runtime = runtime;
+  return 1;
+}
+
+static void set_launch_callbacks(int on) {
+  static int said;
+  if (!set_callbacks(on || detach_pending, on) && !said++)
+    say("%s", "CUPTI refused a subscriber (another tool holds it): launch arrows only where CUPTI gives records");
+  __atomic_store_n(&api_cb, on && sub != NULL, __ATOMIC_RELEASE);
+}
+
+static void request_detach(void) {
+  if (!cu.finalize || detach_pending || !set_callbacks(1, cb_runtime)) return;
   __atomic_store_n(&detach_pending, 1, __ATOMIC_RELEASE);
 }
 
 /* A window begins before any launch took the detach: CUPTI stays as it is, the callback
  * goes. */
 static void cancel_detach(void) {
-  if (__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL) && detach_sub)
-    for (size_t i = 0; i < sizeof driver_launches / sizeof driver_launches[0]; i++)
-      cu.enableCallback(0, detach_sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launches[i]);
+  if (__atomic_exchange_n(&detach_pending, 0, __ATOMIC_ACQ_REL)) set_callbacks(api_cb, api_cb);
 }
 
 /* What the clients want together, now. */
@@ -497,8 +567,11 @@ static void *control_thread(void *arg) {
     hand_names(); /* a new gpuscope gets the whole table, even with no new records */
     pthread_mutex_unlock(&lock);
     if (on && set_recording(1, w.api)) cu.flushAll(0);
+    if (w.flush_mask && enabled) cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&lock);
+    hand_off(); /* the launch records the callbacks made since */
+    pthread_mutex_unlock(&lock);
     if (w.flush_mask) {
-      if (enabled) cu.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
       for (int i = 0; i < GS_GT_CLIENTS; i++)
         if (w.flush_mask >> i & 1) c->client[i].flushed = w.flush[i];
     }
@@ -648,7 +721,12 @@ GS_EXPORT int InitializeInjection(void) {
     say("CUPTI API version %s; GPU activity is not recorded", msg);
     return 1;
   }
-  if (always && !set_recording(1, 1)) return 1;
+  const char *cb = getenv("GPUSCOPE_CUPTI_API_CALLBACKS");
+  if (cb && *cb) callbacks_mode = atoi(cb) == 1;
+  injecting = 1;
+  int ok = !always || set_recording(1, 1);
+  injecting = 0;
+  if (!ok) return 1;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

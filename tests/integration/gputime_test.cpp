@@ -505,6 +505,63 @@ TEST(GpuTime, TimelineStoppingGetsTheBufferStillBeingFilled) {
   unlink(out.c_str());
 }
 
+// A timeline attached to a process whose CUDA started long before: CUPTI, set up only then, gave
+// the H200 no launch-call activity records (the stand-in does the same with
+// GS_CUPTI_STANDIN_LATE_API=1), so the library makes them from CUPTI's launch callbacks, and
+// every kernel gets its arrow. With the callbacks off (GPUSCOPE_CUPTI_API_CALLBACKS=0) none does;
+// with them on where CUPTI gives both (=1, no late stand-in), each kernel still gets one.
+TEST(GpuTime, TimelineAttachedLateDrawsEveryArrowFromCallbacks) {
+  if (auto p = other_gpuscope(); !p.empty()) GTEST_SKIP() << "another gpuscope runs (pid " << p << ")";
+  struct Arm {
+    std::vector<std::string> env;
+    uint64_t api_records, flows;
+  };
+  const Arm arms[] = {{{"GS_CUPTI_STANDIN_LATE_API=1"}, 0, 300},
+                      {{"GS_CUPTI_STANDIN_LATE_API=1", "GPUSCOPE_CUPTI_API_CALLBACKS=0"}, 0, 0},
+                      {{"GPUSCOPE_CUPTI_API_CALLBACKS=1"}, 300, 300}};
+  for (const Arm& arm : arms) {
+    SCOPED_TRACE(arm.env.back());
+    std::string log = tmp_file("late.log"), out = tmp_file("late.json");
+    auto app = cupti_app({"before_kernel:50:1000:1000", "usr1", "wait:api", "late_kernel:300:1000:50000", "usr1"}, log,
+                         arm.env);
+    std::string pid = std::to_string(ready_pid(*app));
+    ASSERT_TRUE(app->wait_for("waiting 1", 30)) << app->out();
+    PinDir no_bridge;
+    Process t({gpuscope_bin(), "timeline", "--json", "-p", pid, "-o", out, "--pin-dir", no_bridge.path});
+    ASSERT_TRUE(t.wait_for("recording a timeline", 30, true)) << t.err();
+    app->signal(SIGUSR1);
+    ASSERT_TRUE(app->wait_for("waiting 2", 40)) << app->out();
+    Phase p = phase_of(app->out(), "late_kernel");
+    ASSERT_TRUE(p.found) << app->out();
+    EXPECT_EQ(p.kernels, 300u);
+    EXPECT_EQ(p.api, arm.api_records) << "launch-call activity records the stand-in gave";
+    json sum = timeline_summary(t);
+    EXPECT_EQ(sum.value("gpu_spans", 0u), 300u) << t.out();
+    EXPECT_EQ(sum.value("flows", 0u), arm.flows) << t.out();
+    app->signal(SIGUSR1);
+    EXPECT_EQ(app->wait(30), 0) << app->out();
+    if (arm.flows) {
+      // Each arrow leaves the launch that made its kernel (the launch's own record: the app is
+      // not traced, it has no cudart) on the app's one thread, within the 2 us before the
+      // stand-in's kernel starts, give or take the stand-in's own bookkeeping.
+      json doc = json::parse(slurp(out));
+      std::map<uint64_t, json> starts, ends;
+      for (auto& e : doc["traceEvents"]) {
+        if (e["ph"] == "s") starts[e["id"].get<uint64_t>()] = e;
+        if (e["ph"] == "f") ends[e["id"].get<uint64_t>()] = e;
+      }
+      ASSERT_EQ(starts.size(), 300u);
+      ASSERT_EQ(ends.size(), 300u);
+      for (auto& [id, s] : starts) {
+        EXPECT_EQ(s["tid"], app->pid());
+        EXPECT_NEAR(s["ts"].get<double>(), ends[id]["ts"].get<double>(), 500.0) << id;
+      }
+    }
+    unlink(out.c_str());
+    unlink(log.c_str());
+  }
+}
+
 // kernels and timeline get every record while an agent records 0.2 s in every 1 s beside them;
 // launch-call (API) records are on only while the timeline records.
 TEST(GpuTime, ExactBesideADutyCycledAgent) {

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # usage: tests/gpu/experiments/late_timeline.sh [OUT_DIR]   (from anywhere; needs bin/gpuscope and
 # bin/libgpuscope-cupti.so, torch). A timeline attached with -p to a process that has run CUDA
-# for 4 s under `gpuscope run` (nothing recording at its start): arm plain as shipped, arm kinds
-# with GPUSCOPE_CUPTI_API_KINDS=1. Prints each summary line, spans per second and the library's
-# messages. Issue 24, item 2: which way gives launch arrows when CUPTI is set up late.
+# for 4 s under `gpuscope run` (nothing recording at its start): arm plain as shipped (launch
+# records from CUPTI's callbacks beside its activity records), arm nocb without the callbacks
+# (GPUSCOPE_CUPTI_API_CALLBACKS=0: activity records alone, the H200 gave none late), arm kinds
+# with GPUSCOPE_CUPTI_API_KINDS=1 and no callbacks. Prints each summary line (flows against GPU
+# spans), spans per second and the library's messages. Issue 24, item 2.
 cd "$(dirname "$0")/.." && G=bin/gpuscope
 O=${1:-/tmp/late}
 mkdir -p "$O"
-for arm in plain kinds; do
-  e=(); [[ $arm == kinds ]] && e=(GPUSCOPE_CUPTI_API_KINDS=1)
+for arm in plain nocb kinds; do
+  e=()
+  [[ $arm == nocb ]] && e=(GPUSCOPE_CUPTI_API_CALLBACKS=0)
+  [[ $arm == kinds ]] && e=(GPUSCOPE_CUPTI_API_KINDS=1 GPUSCOPE_CUPTI_API_CALLBACKS=0)
   env "${e[@]}" $G run -- python3 -u -B workloads/torch_gputime.py train 400000 >"$O/$arm.wl.out" 2>"$O/$arm.wl.err" &
   RP=$!
   for _ in $(seq 100); do lp=$(pgrep -P $RP | head -1); [[ -n $lp ]] && break; sleep 0.1; done
