@@ -375,17 +375,18 @@ static void set_launch_callbacks(int on);
 
 static int set_recording(int on, int full) {
   if (on && !set_up()) return 0;
-  int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
-  for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
-    if ((i < want) != (i < kinds_on)) (i < want ? cu.enable : cu.disable)(kinds[i]);
-  kinds_on = want;
-  enabled = on;
+  /* Launch records before kernels: a launch made as the kernels' kind goes on then has both. */
   int api = on && full && api_records;
   if (api != api_on) {
     if (cu.enableRuntimeApi && cu.enableDriverApi) set_api_records(api);
     if (callbacks_mode == 1 || (callbacks_mode < 0 && late)) set_launch_callbacks(api);
   }
   api_on = api;
+  int want = !on ? 0 : full ? (int)(sizeof kinds / sizeof kinds[0]) : 1;
+  for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
+    if ((i < want) != (i < kinds_on)) (i < want ? cu.enable : cu.disable)(kinds[i]);
+  kinds_on = want;
+  enabled = on;
   return 1;
 }
 

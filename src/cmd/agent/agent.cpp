@@ -164,8 +164,17 @@ void Agent::refresh() {
   pub->anomalies = anomalies_.json();
   for (auto* c : run) c->endpoints(pub->endpoints);
   render_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard g(mu_);
-  pub_ = std::move(pub);
+  {
+    std::lock_guard g(mu_);
+    pub_ = std::move(pub);
+  }
+  // Refreshes, rescans and symbol tables dropped with their processes free memory all through the
+  // heap, which glibc keeps unless told (11.6 MB of 24 beside PyTorch on the H200): given back at
+  // most every 10 s, when over 4 MiB lies free (a trim walks the heap: about a millisecond).
+  if (auto now = std::chrono::steady_clock::now(); now - last_trim_ >= std::chrono::seconds(10)) {
+    last_trim_ = now;
+    if (mallinfo2().fordblks > (4u << 20)) malloc_trim(0);
+  }
 }
 
 size_t Agent::series() const {

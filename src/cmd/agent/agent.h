@@ -80,6 +80,7 @@ class Agent {
   std::chrono::steady_clock::time_point last_refresh_ = std::chrono::steady_clock::now();
   uint64_t seq_ = 0;
   double render_s_ = 0;
+  std::chrono::steady_clock::time_point last_trim_ = std::chrono::steady_clock::now();
 
   mutable std::mutex mu_;
   std::shared_ptr<const Published> pub_;
