@@ -541,20 +541,30 @@ TEST(GpuTime, TimelineAttachedLateDrawsEveryArrowFromCallbacks) {
     app->signal(SIGUSR1);
     EXPECT_EQ(app->wait(30), 0) << app->out();
     if (arm.flows) {
-      // Each arrow leaves the launch that made its kernel (the launch's own record: the app is
-      // not traced, it has no cudart) on the app's one thread, within the 2 us before the
-      // stand-in's kernel starts, give or take the stand-in's own bookkeeping.
+      // Each arrow leaves the launch that made its kernel: from inside the launch's own record
+      // (the app is not traced, it has no cudart), on the app's one thread, to the kernel of the
+      // same correlation id, which started after the launch was entered.
       json doc = json::parse(slurp(out));
-      std::map<uint64_t, json> starts, ends;
+      std::map<uint64_t, json> starts, ends, launches, kernels;
       for (auto& e : doc["traceEvents"]) {
         if (e["ph"] == "s") starts[e["id"].get<uint64_t>()] = e;
         if (e["ph"] == "f") ends[e["id"].get<uint64_t>()] = e;
+        if (e["ph"] == "X" && e["cat"] == "cupti_api") launches[e["args"]["correlation"].get<uint64_t>()] = e;
+        if (e["ph"] == "X" && e["cat"] == "gpu_kernel") kernels[e["args"]["correlation"].get<uint64_t>()] = e;
       }
       ASSERT_EQ(starts.size(), 300u);
       ASSERT_EQ(ends.size(), 300u);
+      ASSERT_EQ(launches.size(), 300u);
       for (auto& [id, s] : starts) {
+        const uint64_t corr = id & 0xffffffffu;
+        ASSERT_TRUE(launches.count(corr) && kernels.count(corr)) << id;
+        const json &l = launches[corr], &k = kernels[corr];
         EXPECT_EQ(s["tid"], app->pid());
-        EXPECT_NEAR(s["ts"].get<double>(), ends[id]["ts"].get<double>(), 500.0) << id;
+        EXPECT_EQ(l["tid"], app->pid());
+        EXPECT_GE(s["ts"].get<double>(), l["ts"].get<double>());
+        EXPECT_LE(s["ts"].get<double>(), l["ts"].get<double>() + l["dur"].get<double>());
+        EXPECT_EQ(ends[id]["ts"], k["ts"]);
+        EXPECT_GE(k["ts"].get<double>(), l["ts"].get<double>());
       }
     }
     unlink(out.c_str());
