@@ -401,13 +401,21 @@ TEST(Deploy, GovernorStepsDownUnderStormAndBackUp) {
   // Read every half second, as the idle cost was: each scrape costs the agent too, and 20 a
   // second (Agent::until's pace) kept it over half the limit at level 1 on CI's machine.
   std::string back;
+  std::ostringstream after;  // each window's level and CPU on the way back
+  int last_window = 0;
   for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
        back.empty() && std::chrono::steady_clock::now() < until;) {
     sleep_s(0.5);
     std::string t = a.metrics();
+    if (int n = static_cast<int>(value_of(t, "gpuscope_governor_windows_total", {})); n != last_window) {
+      last_window = n;
+      after << " #" << n << ": level " << value_of(t, "gpuscope_governor_level", {}) << " cpu "
+            << value_of(t, "gpuscope_governor_cpu_ratio", {}) << ";";
+    }
     if (value_of(t, "gpuscope_governor_level", {}) == 0) back = t;
   }
-  EXPECT_NE(back, "") << a.proc().err();
+  EXPECT_NE(back, "") << "limit " << limit_ratio << ", windows after the storm:" << after.str() << "\n"
+                      << a.proc().err();
   EXPECT_GE(value_of(back, "gpuscope_governor_level_changes_total", {}), 2 * deepest);
   // Exits handled in batches, deferred or not: every launch counted once.
   std::string all = a.until([&](const std::string& t) { return launches(t) == per_proc * procs; }, 10);
