@@ -149,6 +149,11 @@ void ElfFile::for_each_named(const SymbolSection& s, const std::function<bool(co
   flush();
 }
 
+std::string ElfFile::name_at(const SymbolSection& s, uint32_t name) const {
+  StringTableReader names(fd_.get(), s.str_offset, s.str_size);
+  return std::string(names.at(name));
+}
+
 std::map<std::string, uint64_t> ElfFile::values_of(const std::set<std::string>& names) const {
   std::map<std::string, uint64_t> out;
   for (auto& sec : sections_) {

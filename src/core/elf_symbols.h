@@ -50,6 +50,8 @@ class ElfFile {
   // symbol order would jump across the whole table for each.
   void for_each_named(const SymbolSection& s, const std::function<bool(const Sym&)>& want,
                       const std::function<void(uint64_t, const Sym&, std::string_view)>& f) const;
+  // The name at `name` of s's string table; empty when it cannot be read.
+  std::string name_at(const SymbolSection& s, uint32_t name) const;
   // The values of the named symbols the file defines, of any type (.dynsym first, then .symtab;
   // the first of a name wins): what a process exports by name, data included (_PyRuntime).
   std::map<std::string, uint64_t> values_of(const std::set<std::string>& names) const;

@@ -1,6 +1,7 @@
 #include "kernels/kernels_collector.h"
 
 #include <bpf/bpf.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -266,15 +267,33 @@ void KernelsCollector::drain() {
 
 const KernelsCollector::HandleVars& KernelsCollector::handle_vars(pid_t pid, const MapEntry& m) {
   auto [it, fresh] = handle_vars_.try_emplace({m.dev, m.ino});
-  if (!fresh) return it->second;
+  HandleVars& hv = it->second;
+  hv.users.insert(pid);
+  if (!fresh) return hv;
   try {
-    ElfSymbols e = ElfSymbols::read(
-        "/proc/" + std::to_string(pid) + "/root" + m.path, [](std::string_view) { return false; },
-        [](std::string_view n) { return n.ends_with("E8__handle") && n.find("__device_stub__") != n.npos; });
-    it->second = {e.objects(), e.first_load_vaddr(), e.is_executable()};
+    auto f = std::make_unique<ElfFile>("/proc/" + std::to_string(pid) + "/root" + m.path);
+    const auto& secs = f->symbol_sections();
+    for (uint32_t i = 0; i < secs.size(); i++) {
+      if (secs[i].dynamic) continue;
+      f->for_each_named(
+          secs[i], [](const ElfFile::Sym& s) { return s.type == STT_OBJECT && s.shndx != SHN_UNDEF; },
+          [&](uint64_t, const ElfFile::Sym& s, std::string_view n) {
+            if (n.ends_with("E8__handle") && n.find("__device_stub__") != n.npos)
+              hv.vars.push_back({s.value, i, s.name});
+          });
+    }
+    std::sort(hv.vars.begin(), hv.vars.end(), [](auto& a, auto& b) { return a.vaddr < b.vaddr; });
+    hv.vars.shrink_to_fit();
+    hv.first_load_vaddr = f->first_load_vaddr();
+    hv.is_exec = f->is_executable();
+    if (!hv.vars.empty()) hv.file = std::move(f);  // else no name is ever read: the file is let go
   } catch (const std::exception&) {
   }
-  return it->second;
+  return hv;
+}
+
+std::string KernelsCollector::HandleVars::symbol(const Var& v) const {
+  return file ? file->name_at(file->symbol_sections().at(v.section), v.name) : std::string();
 }
 
 std::optional<KernelsCollector::Name> KernelsCollector::symbolize(pid_t pid, uint64_t addr, bool exact) {
@@ -287,7 +306,7 @@ std::optional<KernelsCollector::Name> KernelsCollector::symbolize(pid_t pid, uin
 // (handle variables live in .bss, often outside any file mapping, hence the load bias).
 void KernelsCollector::for_each_handle_var(
     pid_t pid, const std::vector<MapEntry>& maps,
-    const std::function<void(uint64_t addr, const std::string& sym, const std::string& path)>& f) {
+    const std::function<void(uint64_t, const HandleVars::Var&, const HandleVars&, const std::string&)>& f) {
   std::set<std::pair<dev_t, ino_t>> seen;
   for (auto& m : maps) {
     if (!m.is_file() || !seen.insert({m.dev, m.ino}).second) continue;
@@ -298,7 +317,7 @@ void KernelsCollector::for_each_handle_var(
       if (x.dev == m.dev && x.ino == m.ino && x.file_offset == 0) base = std::min(base, x.start);
     if (!hv.is_exec && base == UINT64_MAX) continue;
     uint64_t bias = hv.is_exec ? 0 : base - hv.first_load_vaddr;
-    for (auto& [vaddr, sym] : hv.vars) f(vaddr + bias, sym, m.path);
+    for (auto& v : hv.vars) f(v.vaddr + bias, v, hv, m.path);
   }
 }
 
@@ -309,8 +328,10 @@ std::optional<KernelsCollector::Name> KernelsCollector::handle_var_name(pid_t pi
   auto [it, fresh] = var_maps_.try_emplace(pid);
   for (int pass = 0; pass < 2 && !r; pass++) {
     if (fresh || pass == 1) it->second = read_proc_maps(pid);
-    for_each_handle_var(pid, it->second, [&](uint64_t at, const std::string& sym, const std::string& path) {
-      if (at == addr && !r) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
+    for_each_handle_var(pid, it->second, [&](uint64_t at, auto& v, auto& hv, const std::string& path) {
+      if (at != addr || r) return;
+      std::string sym = hv.symbol(v);
+      if (!sym.empty()) r = Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)};
     });
     if (fresh) break;
   }
@@ -327,13 +348,14 @@ void KernelsCollector::scan_handle_vars(pid_t pid) {
   auto maps = read_proc_maps(pid);
   int mem = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
   if (mem < 0) return;
-  for_each_handle_var(pid, maps, [&](uint64_t at, const std::string& sym, const std::string& path) {
+  for_each_handle_var(pid, maps, [&](uint64_t at, auto& v, auto& hv, const std::string& path) {
     uint64_t h = 0;
-    // Demangled only when new: a PyTorch process has tens of thousands of these.
-    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) == sizeof h && h && !names_.count({pid, h})) {
-      names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)});
-      learned_++;
-    }
+    // Named only when it holds a new handle: a PyTorch process has tens of thousands of these.
+    if (pread(mem, &h, sizeof h, static_cast<off_t>(at)) != sizeof h || !h || names_.count({pid, h})) return;
+    std::string sym = hv.symbol(v);
+    if (sym.empty()) return;
+    names_.emplace(std::pair{pid, h}, Name{kernel_name(sym), basename_of(path), false, kernel_mangled(sym)});
+    learned_++;
   });
   close(mem);
 }
@@ -548,6 +570,10 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
   std::erase_if(kernel_of_, [&](auto& kv) { return gone(kv.first.first); });
   std::erase_if(object_read_, [&](auto& ph) { return gone(ph.first); });
   std::erase_if(launched_, [&](auto& ph) { return gone(ph.first); });
+  for (auto it = handle_vars_.begin(); it != handle_vars_.end();) {
+    std::erase_if(it->second.users, [&](pid_t p) { return gone(static_cast<uint32_t>(p)); });
+    it = it->second.users.empty() ? handle_vars_.erase(it) : std::next(it);
+  }
   for (uint32_t pid : pids) {
     syms_.forget(static_cast<pid_t>(pid));
     var_scans_.erase(static_cast<pid_t>(pid));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/bpf.h"
+#include "core/elf_symbols.h"
 #include "core/event_loop.h"
 #include "core/proc_maps.h"
 #include "core/symbolizer.h"
@@ -98,11 +99,20 @@ class KernelsCollector {
   std::vector<std::string> take_notes() { return std::exchange(notes_, {}); }
 
  private:
-  // The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab).
+  // The nvcc handle variables of one file (static `…__device_stub__…E8__handle` in .symtab),
+  // 16 bytes each by address: libtorch_cuda has tens of thousands, and their names (13 MB as
+  // strings beside PyTorch) stay in the file until a variable is found holding a handle.
   struct HandleVars {
-    std::vector<std::pair<uint64_t, std::string>> vars;  // (vaddr, symbol)
+    struct Var {
+      uint64_t vaddr;
+      uint32_t section, name;  // the symbol section and the name's offset in its string table
+    };
+    std::vector<Var> vars;  // by vaddr
+    std::unique_ptr<ElfFile> file;
     uint64_t first_load_vaddr = 0;
     bool is_exec = false;
+    std::set<pid_t> users;  // processes that map the file: the entry goes with the last
+    std::string symbol(const Var& v) const;
   };
   struct Name {
     std::string kernel, module;
@@ -127,8 +137,10 @@ class KernelsCollector {
   std::string module_of(pid_t pid, uint64_t addr) { return syms_.module_of(pid, addr); }
   std::optional<Name> symbolize(pid_t pid, uint64_t addr, bool exact);
   std::optional<Name> handle_var_name(pid_t pid, uint64_t addr);
-  void for_each_handle_var(pid_t pid, const std::vector<MapEntry>& maps,
-                           const std::function<void(uint64_t, const std::string&, const std::string&)>& f);
+  // f(address in the process, the variable, its file, the file's path) for every handle variable.
+  void for_each_handle_var(
+      pid_t pid, const std::vector<MapEntry>& maps,
+      const std::function<void(uint64_t, const HandleVars::Var&, const HandleVars&, const std::string&)>& f);
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
   void learn_new_keys();
@@ -177,9 +189,8 @@ class KernelsCollector {
   uint64_t naming_events_ = 0;  // names, handle links and layouts learned so far
   std::deque<std::pair<uint32_t, std::chrono::steady_clock::time_point>> forget_at_;  // naming only
   std::chrono::steady_clock::time_point next_sweep_{};
-  std::set<pid_t> seen_dead_;
-  std::set<uint32_t> said_gone_;  // naming only: exited, their 'announced' entries not yet deleted  // naming only:
-                                  // gone at the last sweep
+  std::set<pid_t> seen_dead_;     // naming only: gone at the last sweep
+  std::set<uint32_t> said_gone_;  // naming only: exited, their 'announced' entries not yet deleted
 };
 
 }  // namespace gpuscope

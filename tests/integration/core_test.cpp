@@ -1,16 +1,22 @@
 // The shared uprobe core against real processes: a library opened with dlopen is probed for
-// every capability before its first calls, and symbols are keyed by file, not by path.
+// every capability before its first calls, and symbols are keyed by file, not by path; whole
+// BPF maps read back as they are.
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <thread>
 
+#include "core/fd.h"
+#include "core/map_walk.h"
 #include "harness.h"
 
 using namespace gstest;
+using gpuscope::Fd;
 namespace fs = std::filesystem;
 
 namespace {
@@ -128,4 +134,48 @@ TEST(CoreSymbols, SamePathDifferentLibrariesInTwoMountNamespaces) {
   EXPECT_EQ(ra["alpha_kernel(float*)"].first, 37u);
   EXPECT_EQ(rb["alpha_kernel(float*)"].first, 37u);
   fs::remove_all(dir);
+}
+
+namespace {
+struct BigValue {
+  uint64_t w[512];  // 4 KiB: a latency histogram's size class, per CPU
+};
+}  // namespace
+
+// A whole per-CPU hash map read in batches bounded in bytes (32 entries a batch on 2 CPUs, 4 on
+// a 16-CPU host): every entry once, each CPU's value its own.
+TEST(CoreMaps, PerCpuHashReadWholeInBoundedBatches) {
+  const int ncpus = libbpf_num_possible_cpus();
+  ASSERT_GT(ncpus, 0);
+  constexpr uint32_t kEntries = 1500;
+  Fd fd(
+      bpf_map_create(BPF_MAP_TYPE_PERCPU_HASH, "gs_walk_test", sizeof(uint32_t), sizeof(BigValue), kEntries, nullptr));
+  ASSERT_TRUE(fd) << strerror(errno);
+  std::vector<BigValue> v(static_cast<size_t>(ncpus));
+  for (uint32_t k = 0; k < kEntries; k++) {
+    for (int c = 0; c < ncpus; c++) v[c].w[0] = v[c].w[511] = k * 1000ull + static_cast<uint64_t>(c);
+    ASSERT_EQ(bpf_map_update_elem(fd.get(), &k, v.data(), BPF_NOEXIST), 0) << k << ": " << strerror(errno);
+  }
+  std::map<uint32_t, int> seen;
+  gpuscope::for_each_percpu_entry<uint32_t, BigValue>(fd.get(), [&](uint32_t k, const std::vector<BigValue>& per_cpu) {
+    seen[k]++;
+    ASSERT_EQ(per_cpu.size(), static_cast<size_t>(ncpus));
+    for (int c = 0; c < ncpus; c++) {
+      EXPECT_EQ(per_cpu[c].w[0], k * 1000ull + static_cast<uint64_t>(c)) << k << " cpu " << c;
+      EXPECT_EQ(per_cpu[c].w[511], k * 1000ull + static_cast<uint64_t>(c)) << k << " cpu " << c;
+    }
+  });
+  EXPECT_EQ(seen.size(), kEntries);
+  for (auto& [k, n] : seen) EXPECT_EQ(n, 1) << k;
+  // A plain hash of small values: 1,024 a batch, several batches.
+  Fd small(bpf_map_create(BPF_MAP_TYPE_HASH, "gs_walk_small", sizeof(uint32_t), sizeof(uint64_t), 5000, nullptr));
+  ASSERT_TRUE(small) << strerror(errno);
+  for (uint32_t k = 0; k < 5000; k++) {
+    uint64_t x = k * 7ull;
+    ASSERT_EQ(bpf_map_update_elem(small.get(), &k, &x, BPF_NOEXIST), 0);
+  }
+  std::map<uint32_t, uint64_t> got;
+  gpuscope::for_each_entry<uint32_t, uint64_t>(small.get(), [&](uint32_t k, uint64_t x) { got.emplace(k, x); });
+  ASSERT_EQ(got.size(), 5000u);
+  for (auto& [k, x] : got) EXPECT_EQ(x, k * 7ull) << k;
 }

@@ -365,8 +365,10 @@ void add_memory_metrics(PromSet& m) {
   // no series then, rather than a heap of 0 bytes.
   if (mi.arena != 0 || mi.hblkhd != 0) {
     m.family("gpuscope_heap_bytes", T::gauge,
-             "The agent's malloc heap: in use, and free but not given back to the system");
-    m.add("gpuscope_heap_bytes", {{"state", "in_use"}}, static_cast<double>(mi.uordblks + mi.hblkhd));
+             "The agent's malloc heap: in use in its arenas, in use in blocks mapped on their own, and "
+             "free but not given back to the system");
+    m.add("gpuscope_heap_bytes", {{"state", "in_use"}}, static_cast<double>(mi.uordblks));
+    m.add("gpuscope_heap_bytes", {{"state", "mmapped"}}, static_cast<double>(mi.hblkhd));
     m.add("gpuscope_heap_bytes", {{"state", "free"}}, static_cast<double>(mi.fordblks));
   }
   m.family("gpuscope_symbol_tables", T::gauge,
