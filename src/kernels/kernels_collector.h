@@ -111,7 +111,7 @@ class KernelsCollector {
     std::unique_ptr<ElfFile> file;
     uint64_t first_load_vaddr = 0;
     bool is_exec = false;
-    std::set<pid_t> users;  // processes that map the file: the entry goes with the last
+    std::set<pid_t> users;  // processes that map the file: an entry with variables goes with the last
     std::string symbol(const Var& v) const;
   };
   struct Name {
