@@ -14,12 +14,12 @@
 namespace gpuscope {
 
 namespace detail {
-// Keys and raw values (value_size bytes each) of every entry.
 // A batch's values fill at most this many bytes: a per-CPU value is one per possible CPU (a
 // latency histogram on a 16-CPU host, 8.6 KB), and 1,024 of them, zeroed before the call, were
 // 9 MB touched at every refresh and kept by malloc.
 constexpr size_t kBatchBytes = 256 << 10;
 
+// Keys and raw values (value_size bytes each) of every entry.
 template <class K>
 void read_all(int fd, size_t value_size, std::vector<K>& keys, std::vector<uint8_t>& vals) {
   uint32_t chunk = static_cast<uint32_t>(std::clamp<size_t>(kBatchBytes / std::max<size_t>(value_size, 1), 1, 1024));

@@ -571,8 +571,7 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
   std::erase_if(object_read_, [&](auto& ph) { return gone(ph.first); });
   std::erase_if(launched_, [&](auto& ph) { return gone(ph.first); });
   // A file with handle variables goes with its last user; one without stays known as such (a
-  // few bytes), so that each new process mapping it is not read again: short-lived processes
-  // reading every file anew delayed the naming of their kernels.
+  // few bytes), so that a new process mapping it does not read it again.
   for (auto it = handle_vars_.begin(); it != handle_vars_.end();) {
     std::erase_if(it->second.users, [&](pid_t p) { return gone(static_cast<uint32_t>(p)); });
     it = it->second.users.empty() && !it->second.vars.empty() ? handle_vars_.erase(it) : std::next(it);
