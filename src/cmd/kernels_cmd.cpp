@@ -289,8 +289,10 @@ int run_kernels(const KernelsOptions& o) {
   });
   auto st = session.stats();
   fprintf(stderr,
-          "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; printing every %g s. Ctrl-C to end.\n",
-          st.probes, st.objects, kernels.exits_hooked() ? "" : " (exits not seen)", o.interval_s);
+          "gpuscope: counting launches at %zu probes in %zu CUDA objects%s; naming calls %s; printing every %g s. "
+          "Ctrl-C to end.\n",
+          st.probes, st.objects, kernels.exits_hooked() ? "" : " (exits not seen)",
+          kernels.name_session() ? "as uprobe sessions" : "at entry and return probes", o.interval_s);
   loop.run();
   kernels.drain();
   detach_all(session, kernels, gpu.get());

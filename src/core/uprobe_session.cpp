@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <unordered_set>
 
@@ -16,6 +18,11 @@
 #include "session.skel.h"
 
 namespace gpuscope {
+
+bool uprobe_sessions_allowed() {
+  const char* env = getenv("GPUSCOPE_UPROBE_SESSION");
+  return !(env && strcmp(env, "0") == 0);
+}
 
 std::vector<bool> rows_where(const std::function<bool(const gs_api_desc&)>& pred) {
   std::vector<bool> rows(GS_API_COUNT);

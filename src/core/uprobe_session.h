@@ -199,29 +199,40 @@ bool open_and_load_uprobes(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Confi
   return false;
 }
 
-// As open_and_load_uprobes, but first (when try_session) loads session_prog(skel) as a uprobe
-// session (kernel 6.12+: one program at entry and return, whose entry decides whether the
-// return probe runs) without the programs configure() returns; where that does not load, those
-// programs as open_and_load_uprobes loads them, without the session program.
+// The uprobe programs of a skeleton that has a session program: `legacy`, the entry and return
+// programs the session program replaces; `shared`, those loaded either way.
+struct SessionPrograms {
+  std::vector<bpf_program*> legacy, shared;
+};
 struct SessionLoad {
   bool session = false;  // the session program loaded
   bool multi = false;    // programs are uprobe_multi (always, with a session)
 };
+// Whether uprobe sessions may be tried (GPUSCOPE_UPROBE_SESSION=0: never).
+bool uprobe_sessions_allowed();
+// As open_and_load_uprobes, but first loads session_prog(skel) as a uprobe session (kernel 6.12+:
+// one program at entry and return, whose entry decides whether the return probe runs) in place
+// of the legacy programs that configure() returns, the shared ones as uprobe_multi; where that
+// does not load, the legacy and shared programs as open_and_load_uprobes loads them, without
+// the session program.
 template <class Skel, class Ptr, class Configure, class Pick>
 SessionLoad open_and_load_with_session(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Configure configure,
-                                       Pick session_prog, bool try_session) {
-  if (try_session) {
+                                       Pick session_prog) {
+  if (uprobe_sessions_allowed()) {
     skel.reset(open());
     if (!skel) throw UsageError(std::string("cannot open BPF object: ") + strerror(errno));
-    std::vector<bpf_program*> legacy = configure(skel.get());
-    for (bpf_program* p : legacy) bpf_program__set_autoload(p, false);
+    SessionPrograms progs = configure(skel.get());
+    for (bpf_program* p : progs.legacy) bpf_program__set_autoload(p, false);
+    for (bpf_program* p : progs.shared) prepare_uprobe_multi(p);
     prepare_uprobe_session(session_prog(skel.get()));
     if (load(skel.get()) == 0) return {true, true};
   }
   SessionLoad r;
   r.multi = open_and_load_uprobes(skel, open, load, [&](Skel* s) {
     bpf_program__set_autoload(session_prog(s), false);
-    return configure(s);
+    SessionPrograms progs = configure(s);
+    progs.legacy.insert(progs.legacy.end(), progs.shared.begin(), progs.shared.end());
+    return progs.legacy;
   });
   return r;
 }

@@ -221,42 +221,61 @@ int gs_k_capture(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
-int gs_k_name_enter(struct pt_regs *ctx)
+extern bool bpf_session_is_return(void) __ksym __weak;
+
+/* The entry half of a naming call. Returns 1 when its return need not run: with a session, a
+ * call whose (source, name) was announced already names nothing new (a handle that changed
+ * anyway is named by its first launch, as one named before gpuscope started is). */
+static __always_inline int name_enter(struct pt_regs *ctx, bool session)
 {
 	__u32 namer = namer_of(ctx);
 	if (!in_scope())
-		return 0;
+		return 1;
+	__u64 src = PT_REGS_PARM2(ctx);
+	__u64 p1 = PT_REGS_PARM1(ctx), p3 = PT_REGS_PARM3(ctx);
+	/* Both read at fixed offsets: the verifier refuses a context load the compiler would merge
+	 * into one at a variable offset. */
+	asm volatile("" : "+r"(p1), "+r"(p3));
+	/* cuKernelGetFunction takes two arguments: a third register would make every call new. */
+	__u64 name_ptr = namer == GS_NAMER_GET_KERNEL            ? p1
+	                 : namer == GS_NAMER_KERNEL_GET_FUNCTION ? 0
+	                                                         : p3;
+	if (session) {
+		struct gs_k_named_key nk = {.pid = bpf_get_current_pid_tgid() >> 32,
+		                            .namer = namer,
+		                            .src = src,
+		                            .name_ptr = name_ptr};
+		if (bpf_map_lookup_elem(&announced, &nk))
+			return 1;
+	}
 	struct thread_state *st = gs_thread_state_new(&threads);
 	if (!st) {
 		count_drop(GS_K_DROP_NO_STATE);
-		return 0;
+		return 1;
 	}
 	struct namer_slot *s = &st->slot[namer];
-	s->outp = PT_REGS_PARM1(ctx);
-	s->src = PT_REGS_PARM2(ctx);
+	s->outp = p1;
+	s->src = src;
 	s->caller = gs_return_address(ctx);
-	s->name_ptr = namer == GS_NAMER_GET_KERNEL ? PT_REGS_PARM1(ctx) : PT_REGS_PARM3(ctx);
+	s->name_ptr = name_ptr;
 	s->active = 1;
 	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
-		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN,
-		                        (void *)PT_REGS_PARM3(ctx));
+		bpf_probe_read_user_str(st->name[namer & 1], GS_K_NAME_LEN, (void *)p3);
 	return 0;
 }
 
-SEC("uretprobe")
-int gs_k_name_exit(struct pt_regs *ctx)
+static __always_inline void name_exit(struct pt_regs *ctx)
 {
 	__u32 namer = namer_of(ctx);
 	struct thread_state *st = gs_thread_state(&threads);
 	if (!st)
-		return 0;
+		return;
 	struct namer_slot *s = &st->slot[namer];
 	if (!s->active)
-		return 0;
+		return;
 	s->active = 0;
 	if (PT_REGS_RC(ctx) != 0)
-		return 0;
+		return;
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	__u64 handle = 0;
 	bpf_probe_read_user(&handle, sizeof(handle), (void *)s->outp);
@@ -264,11 +283,11 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	        .pid = pid, .namer = namer, .src = s->src, .name_ptr = s->name_ptr};
 	__u64 *was = bpf_map_lookup_elem(&announced, &nk);
 	if (was && *was == handle)
-		return 0;
+		return;
 	struct gs_k_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(GS_K_DROP_EVENTS);
-		return 0;
+		return;
 	}
 	bpf_map_update_elem(&announced, &nk, &handle, BPF_ANY);
 	e->type = GS_K_EV_NAME;
@@ -286,7 +305,32 @@ int gs_k_name_exit(struct pt_regs *ctx)
 	if (namer <= GS_NAMER_LIBRARY_GET_KERNEL)
 		bpf_probe_read_kernel_str(e->name, GS_K_NAME_LEN, st->name[namer & 1]);
 	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("uprobe")
+int gs_k_name_enter(struct pt_regs *ctx)
+{
+	name_enter(ctx, false);
 	return 0;
+}
+
+SEC("uretprobe")
+int gs_k_name_exit(struct pt_regs *ctx)
+{
+	name_exit(ctx);
+	return 0;
+}
+
+/* Kernel 6.12+ (BPF_TRACE_UPROBE_SESSION): a naming call announced already takes no return
+ * probe (PyTorch makes two naming calls a step). */
+SEC("uprobe")
+int gs_k_name_session(struct pt_regs *ctx)
+{
+	if (bpf_session_is_return()) {
+		name_exit(ctx);
+		return 0;
+	}
+	return name_enter(ctx, true);
 }
 
 /* A process exits when its last thread does (signal->live has dropped to zero by now). */

@@ -171,10 +171,11 @@ std::vector<SiteProbe> KernelsCollector::site_probes() const {
     return (d.roles & (GS_ROLE_LAUNCH | GS_ROLE_GRAPH_LAUNCH)) && d.layer == GS_LAYER_RUNTIME;
   });
   auto namers = apis_with_role(GS_ROLE_NAMER);
-  std::vector<SiteProbe> probes{
-      {p.gs_k_name_enter, false, namers},
-      {p.gs_k_name_exit, true, namers},
-  };
+  std::vector<SiteProbe> probes;
+  if (name_session_)
+    probes.push_back({p.gs_k_name_session, false, namers, true});
+  else
+    probes.insert(probes.end(), {{p.gs_k_name_enter, false, namers}, {p.gs_k_name_exit, true, namers}});
   std::vector<SiteProbe> counting{
       {p.gs_k_cu_launch, false, launch(GS_SP_CU_LAUNCH)},
       {p.gs_k_cu_launch_ex, false, launch(GS_SP_CU_LAUNCH_EX)},
@@ -196,18 +197,22 @@ std::vector<SiteProbe> KernelsCollector::site_probes() const {
 KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, kernels_bpf__destroy) {
   choose_layer();
-  bool multi = open_and_load_uprobes(skel_, kernels_bpf__open, kernels_bpf__load, [&](kernels_bpf* skel) {
-    apply_scope(skel, cfg_.scope);
-    skel->rodata->driver_only = driver_only_;
-    if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
-    auto& p = skel->progs;
-    return std::vector<bpf_program*>{p.gs_k_cuda_launch,    p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph,
-                                     p.gs_k_cuda_host_func, p.gs_k_cu_launch,      p.gs_k_cu_launch_ex,
-                                     p.gs_k_cu_graph,       p.gs_k_cu_host_func,   p.gs_k_launch_exit,
-                                     p.gs_k_capture,        p.gs_k_name_enter,     p.gs_k_name_exit};
-  });
+  SessionLoad ld = open_and_load_with_session(
+      skel_, kernels_bpf__open, kernels_bpf__load,
+      [&](kernels_bpf* skel) {
+        apply_scope(skel, cfg_.scope);
+        skel->rodata->driver_only = driver_only_;
+        if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
+        auto& p = skel->progs;
+        return SessionPrograms{
+            {p.gs_k_name_enter, p.gs_k_name_exit},
+            {p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cuda_host_func, p.gs_k_cu_launch,
+             p.gs_k_cu_launch_ex, p.gs_k_cu_graph, p.gs_k_cu_host_func, p.gs_k_launch_exit, p.gs_k_capture}};
+      },
+      [](kernels_bpf* skel) { return skel->progs.gs_k_name_session; });
+  name_session_ = ld.session;
   if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
-  session.add(site_probes(), multi);
+  session.add(site_probes(), ld.multi);
   hooks_.attach_exit(skel_->progs.gs_k_proc_exit);
   rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t sz) {
     if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
@@ -465,6 +470,19 @@ void KernelsCollector::learn_new_keys() {
     callers_.try_emplace(k, v.caller);
     fresh.push_back(k);
   });
+  name_fresh(fresh);
+}
+
+// The rows of one read of the counts that are not named yet: a snapshot names exactly the rows
+// it returns (a row counted between two reads would have no name).
+void KernelsCollector::learn_keys(const std::map<Key, uint64_t>& counts) {
+  std::vector<Key> fresh;
+  for (auto& [k, _] : counts)
+    if (!resolved_.count(k) && !guessed_.count(k)) fresh.push_back(k);
+  name_fresh(fresh);
+}
+
+void KernelsCollector::name_fresh(const std::vector<Key>& fresh) {
   // A row counted after the last read of the ring has its naming call's event there: read it
   // before naming (exits it meets wait for the next finish_exits, as this may run inside one).
   if (!fresh.empty()) {
@@ -497,9 +515,10 @@ std::vector<KernelRow> KernelsCollector::snapshot() {
   // A counted launch's naming call came before it, so its event is in the ring already: read
   // first, no row is taken for unknown while its name waits there.
   drain();  // with the exits it read: an exited process's rows leave through its exit, never as live ones
-  learn_new_keys();
+  auto counts = read_counts();
+  learn_keys(counts);
   retry_unknown();
-  return rows_of(read_counts());
+  return rows_of(counts);
 }
 
 // Unknown rows get another chance from names learned since, without rescanning the process:

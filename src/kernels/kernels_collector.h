@@ -90,6 +90,8 @@ class KernelsCollector {
   std::vector<KernelRow> snapshot();
   Stats stats() const;
   bool driver_only() const { return driver_only_; }
+  // Naming calls as one uprobe session program: one announced already takes no return probe.
+  bool name_session() const { return name_session_; }
   // The kernel a launch's handle names (or the host function), from the same names the
   // counted rows get; empty while unknown (asked again after a second).
   std::string name_of(uint32_t pid, uint64_t handle, bool host_function);
@@ -144,6 +146,8 @@ class KernelsCollector {
   void scan_handle_vars(pid_t pid);
   Name resolve(const Key& k, uint64_t caller, bool may_scan = true);
   void learn_new_keys();
+  void learn_keys(const std::map<Key, uint64_t>& counts);
+  void name_fresh(const std::vector<Key>& fresh);
   void retry_unknown(const std::set<uint32_t>* only = nullptr);
   std::map<Key, uint64_t> read_counts(const std::set<uint32_t>* only = nullptr);
   std::vector<KernelRow> rows_of(const std::map<Key, uint64_t>& counts);
@@ -172,6 +176,7 @@ class KernelsCollector {
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
   std::map<pid_t, std::vector<MapEntry>> var_maps_;  // mappings handle_var_name read, per process
   bool driver_only_ = false;
+  bool name_session_ = false;  // naming calls as one uprobe session program (kernel 6.12+)
   std::string layer_reason_;
   std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;
   std::map<pid_t, std::pair<dev_t, ino_t>> driver_file_;  // the driver library a process maps

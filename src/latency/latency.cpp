@@ -3,8 +3,6 @@
 #include <bpf/bpf.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/bpf.h"
 #include "core/cuda_api.h"
@@ -18,8 +16,6 @@ namespace gpuscope {
 LatencyCollector::LatencyCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, latency_bpf__destroy) {
   if (cfg_.launch_sample == 0) cfg_.launch_sample = 1;
-  const char* env = getenv("GPUSCOPE_UPROBE_SESSION");
-  const bool try_session = !(env && strcmp(env, "0") == 0);
   SessionLoad ld = open_and_load_with_session(
       skel_, latency_bpf__open, latency_bpf__load,
       [&](latency_bpf* skel) {
@@ -27,9 +23,9 @@ LatencyCollector::LatencyCollector(UprobeSession& session, Config cfg)
         ro->per_process = cfg_.per_process;
         ro->launch_sample = cfg_.launch_sample;
         apply_scope(skel, cfg_.scope);
-        return std::vector<bpf_program*>{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit};
+        return SessionPrograms{{skel->progs.gs_lat_enter, skel->progs.gs_lat_exit}, {}};
       },
-      [](latency_bpf* skel) { return skel->progs.gs_lat_session; }, try_session);
+      [](latency_bpf* skel) { return skel->progs.gs_lat_session; });
   session_ = ld.session;
   if (session_)
     session.add({{skel_->progs.gs_lat_session, false, cfg_.apis, true}}, true);

@@ -1390,7 +1390,7 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
   }
   knob.set(1);
   {
-    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "0", "1000"});
+    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "0", "1000", "2"});
     ASSERT_EQ(p.wait(30), 0) << p.err();
     std::smatch sm;
     const std::string out = p.out();
@@ -1407,6 +1407,10 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
     EXPECT_EQ(runs("gs_k_launch_exit"), 2 * steps);
     EXPECT_EQ(runs("gs_k_cu_launch"), 3 * steps);
     EXPECT_EQ(runs("gs_k_cu_launch_ex"), steps) << "a name longer than the kernel keeps, whole from BTF";
+    // Two naming calls a step asking the same two names: each name's first call runs the
+    // session program at entry and return, every later one at entry alone.
+    EXPECT_EQ(runs("gs_k_name_session"), 2 * steps + 2);
+    EXPECT_EQ(runs("gs_k_name_exit"), -1) << "loaded, though the session program replaces it";
     // The latency session runs at entry of every driver launch and again at the return of
     // those it times (1 in 16), and at cudaDeviceSynchronize (every 10 steps) and its return.
     EXPECT_GE(runs("gs_lat_session"), 4 * steps);
