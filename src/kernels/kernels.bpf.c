@@ -223,6 +223,11 @@ int gs_k_capture(struct pt_regs *ctx)
 
 extern bool bpf_session_is_return(void) __ksym __weak;
 
+static __always_inline __u64 address_space(void)
+{
+	return (__u64)bpf_get_current_task_btf()->mm;
+}
+
 /* The entry half of a naming call. Returns 1 when its return need not run: with a session, a
  * call whose (source, name) was announced already names nothing new (a handle that changed
  * anyway is named by its first launch, as one named before gpuscope started is). */
@@ -244,7 +249,8 @@ static __always_inline int name_enter(struct pt_regs *ctx, bool session)
 		struct gs_k_named_key nk = {.pid = bpf_get_current_pid_tgid() >> 32,
 		                            .namer = namer,
 		                            .src = src,
-		                            .name_ptr = name_ptr};
+		                            .name_ptr = name_ptr,
+		                            .mm = address_space()};
 		if (bpf_map_lookup_elem(&announced, &nk))
 			return 1;
 	}
@@ -279,8 +285,11 @@ static __always_inline void name_exit(struct pt_regs *ctx)
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	__u64 handle = 0;
 	bpf_probe_read_user(&handle, sizeof(handle), (void *)s->outp);
-	struct gs_k_named_key nk = {
-	        .pid = pid, .namer = namer, .src = s->src, .name_ptr = s->name_ptr};
+	struct gs_k_named_key nk = {.pid = pid,
+	                            .namer = namer,
+	                            .src = s->src,
+	                            .name_ptr = s->name_ptr,
+	                            .mm = address_space()};
 	__u64 *was = bpf_map_lookup_elem(&announced, &nk);
 	if (was && *was == handle)
 		return;

@@ -43,14 +43,15 @@ struct gs_k_alias_key {
 	__u64 drv;
 };
 
-/* A naming call's inputs: its kind, what it names from (module, library, kernel or stub) and
- * the name's address. A call repeated with the same inputs and result is announced once
- * (PyTorch repeats some every step). */
+/* A naming call's inputs: its kind, what it names from (module, library, kernel or stub), the
+ * name's address and the address space (after an exec the same addresses name anew). A call
+ * repeated with the same inputs is announced once (PyTorch repeats two every step). */
 struct gs_k_named_key {
 	__u32 pid;
 	__u32 namer;
 	__u64 src;
 	__u64 name_ptr;
+	__u64 mm;
 };
 
 enum gs_k_event_type { GS_K_EV_NAME, GS_K_EV_EXIT };
@@ -79,7 +80,7 @@ enum gs_k_drop {
 static_assert(sizeof(gs_k_key) == 16);
 static_assert(sizeof(gs_k_val) == 16);
 static_assert(sizeof(gs_k_alias_key) == 16);
-static_assert(sizeof(gs_k_named_key) == 24);
+static_assert(sizeof(gs_k_named_key) == 32);
 static_assert(sizeof(gs_k_event) == 48 + GS_K_NAME_LEN);
 #endif
 
