@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
       {"floor", {}, ""},
       {"floor_twice", {}, ""},
       {"kernels", with({"--collectors", "kernels"}), ""},
+      // The kernels collector as it was: naming calls at entry and return probes, repeats too.
+      {"kernels_no_session", with({"--collectors", "kernels"}), "GPUSCOPE_UPROBE_SESSION=0"},
       {"latency", with({"--collectors", "latency"}), ""},
       // The agent's latency collector as it was: every call row, entry and return probes.
       {"latency_all_rows_no_session",
