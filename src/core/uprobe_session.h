@@ -201,8 +201,9 @@ bool open_and_load_uprobes(Ptr& skel, Skel* (*open)(), int (*load)(Skel*), Confi
 
 // The uprobe programs of a skeleton that has a session program: `legacy`, the entry and return
 // programs the session program replaces; `shared`, those loaded either way.
+// `sessions`: further session programs, loaded only where sessions load.
 struct SessionPrograms {
-  std::vector<bpf_program*> legacy, shared;
+  std::vector<bpf_program*> legacy, shared, sessions;
 };
 struct SessionLoad {
   bool session = false;  // the session program loaded
@@ -224,6 +225,7 @@ SessionLoad open_and_load_with_session(Ptr& skel, Skel* (*open)(), int (*load)(S
     SessionPrograms progs = configure(skel.get());
     for (bpf_program* p : progs.legacy) bpf_program__set_autoload(p, false);
     for (bpf_program* p : progs.shared) prepare_uprobe_multi(p);
+    for (bpf_program* p : progs.sessions) prepare_uprobe_session(p);
     prepare_uprobe_session(session_prog(skel.get()));
     if (load(skel.get()) == 0) return {true, true};
   }
@@ -231,6 +233,7 @@ SessionLoad open_and_load_with_session(Ptr& skel, Skel* (*open)(), int (*load)(S
   r.multi = open_and_load_uprobes(skel, open, load, [&](Skel* s) {
     bpf_program__set_autoload(session_prog(s), false);
     SessionPrograms progs = configure(s);
+    for (bpf_program* p : progs.sessions) bpf_program__set_autoload(p, false);
     progs.legacy.insert(progs.legacy.end(), progs.shared.begin(), progs.shared.end());
     return progs.legacy;
   });

@@ -73,6 +73,13 @@ GS_DROP_COUNTERS(drops, GS_K_DROP_COUNT)
 
 static const struct gs_api_desc apis[GS_API_COUNT] = GS_API_DESC_TABLE;
 
+#include "latency/latency_time.bpf.h"
+
+/* Set by a latency collector that hands its launch rows to these programs (the agent): the rows
+ * timed, and one launch timed in lat_sample (0: none). Writable, so that it can come after load. */
+__u32 lat_sample = 0;
+__u8 lat_rows[GS_API_COUNT];
+
 /* Counting at the driver layer alone: no runtime probes are attached, so a driver launch
  * never asks whether it is nested in one. */
 const volatile bool driver_only = false;
@@ -196,6 +203,29 @@ GS_K_LAUNCH_PROG(gs_k_cu_graph, GS_K_CU_GRAPH)
 GS_K_LAUNCH_PROG(gs_k_cuda_host_func, GS_K_CUDA_HOST_FUNC)
 GS_K_LAUNCH_PROG(gs_k_cu_host_func, GS_K_CU_HOST_FUNC)
 
+/* The driver's launch programs that also time the launch for latency, as uprobe sessions
+ * (kernel 6.12+): one trap and one program per launch serve both collectors, and only a timed
+ * launch takes the return probe. */
+#define GS_K_TIMED_LAUNCH_PROG(prog, site)                                                         \
+	SEC("uprobe")                                                                              \
+	int prog(struct pt_regs *ctx)                                                              \
+	{                                                                                          \
+		if (bpf_session_is_return()) {                                                     \
+			lat_leave(ctx);                                                            \
+			return 0;                                                                  \
+		}                                                                                  \
+		launch(ctx, site);                                                                 \
+		__u32 row = (__u32)bpf_get_attach_cookie(ctx);                                     \
+		__u32 sample = lat_sample;                                                         \
+		if (!sample || row >= GS_API_COUNT || !lat_rows[row])                              \
+			return 1;                                                                  \
+		return lat_enter(row, true, sample);                                               \
+	}
+GS_K_TIMED_LAUNCH_PROG(gs_k_cu_launch_timed, GS_K_CU_LAUNCH)
+GS_K_TIMED_LAUNCH_PROG(gs_k_cu_launch_ex_timed, GS_K_CU_LAUNCH_EX)
+GS_K_TIMED_LAUNCH_PROG(gs_k_cu_graph_timed, GS_K_CU_GRAPH)
+GS_K_TIMED_LAUNCH_PROG(gs_k_cu_host_func_timed, GS_K_CU_HOST_FUNC)
+
 SEC("uretprobe")
 int gs_k_launch_exit(struct pt_regs *ctx)
 {
@@ -220,8 +250,6 @@ int gs_k_capture(struct pt_regs *ctx)
 		gs_capture_end(pid, stream);
 	return 0;
 }
-
-extern bool bpf_session_is_return(void) __ksym __weak;
 
 static __always_inline __u64 address_space(void)
 {

@@ -183,6 +183,14 @@ std::vector<SiteProbe> KernelsCollector::site_probes() const {
       {p.gs_k_cu_host_func, false, launch(GS_SP_HOST_FUNC, GS_LAYER_DRIVER)},
       {p.gs_k_capture, false, apis_with_role(GS_ROLE_CAPTURE)},
   };
+  if (timed_launches_) {
+    bpf_program* timed[] = {p.gs_k_cu_launch_timed, p.gs_k_cu_launch_ex_timed, p.gs_k_cu_graph_timed,
+                            p.gs_k_cu_host_func_timed};
+    for (size_t i = 0; i < 4; i++) {
+      counting[i].prog = timed[i];
+      counting[i].session = true;
+    }
+  }
   if (!cfg_.naming_only) probes.insert(probes.end(), counting.begin(), counting.end());
   if (!driver_only_) {
     probes.push_back({p.gs_k_cuda_launch, false, launch(GS_SP_RT_LAUNCH)});
@@ -204,13 +212,27 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
         skel->rodata->driver_only = driver_only_;
         if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
         auto& p = skel->progs;
-        return SessionPrograms{
-            {p.gs_k_name_enter, p.gs_k_name_exit},
-            {p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cuda_host_func, p.gs_k_cu_launch,
-             p.gs_k_cu_launch_ex, p.gs_k_cu_graph, p.gs_k_cu_host_func, p.gs_k_launch_exit, p.gs_k_capture}};
+        std::vector<bpf_program*> timed{p.gs_k_cu_launch_timed, p.gs_k_cu_launch_ex_timed, p.gs_k_cu_graph_timed,
+                                        p.gs_k_cu_host_func_timed};
+        if (!cfg_.offer_launch_timing) {
+          for (bpf_program* t : timed) bpf_program__set_autoload(t, false);
+          timed.clear();
+          // Latency's maps are made with the object either way: at their smallest where unused.
+          bpf_map__set_max_entries(skel->maps.lat_stats, 1);
+          bpf_map__set_max_entries(skel->maps.lat_rets, 1);
+        }
+        SessionPrograms progs{{p.gs_k_name_enter, p.gs_k_name_exit},
+                              {p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cuda_host_func,
+                               p.gs_k_launch_exit, p.gs_k_capture},
+                              timed};
+        // With sessions, the timed programs take the driver's launches: the plain ones load only without.
+        auto& plain = timed.empty() ? progs.shared : progs.legacy;
+        plain.insert(plain.end(), {p.gs_k_cu_launch, p.gs_k_cu_launch_ex, p.gs_k_cu_graph, p.gs_k_cu_host_func});
+        return progs;
       },
       [](kernels_bpf* skel) { return skel->progs.gs_k_name_session; });
   name_session_ = ld.session;
+  timed_launches_ = ld.session && cfg_.offer_launch_timing;
   if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
   session.add(site_probes(), ld.multi);
   hooks_.attach_exit(skel_->progs.gs_k_proc_exit);
@@ -220,6 +242,24 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
 }
 
 KernelsCollector::~KernelsCollector() = default;
+
+std::optional<LaunchTimingHost> KernelsCollector::launch_timing_host() {
+  if (!timed_launches_) return std::nullopt;
+  LaunchTimingHost h;
+  auto& m = skel_->maps;
+  for (bpf_map* map : {m.lat_stats, m.lat_zero_stats, m.lat_rets, m.lat_drops, m.lat_sites, m.lat_calls})
+    h.maps[bpf_map__name(map)] = bpf_map__fd(map);
+  h.rows.assign(GS_API_COUNT, false);
+  for (auto& sp : site_probes())
+    if (sp.session && sp.prog != skel_->progs.gs_k_name_session)
+      for (size_t r = 0; r < sp.rows.size() && r < GS_API_COUNT; r++) h.rows[r] = h.rows[r] || sp.rows[r];
+  auto* bss = skel_->bss;
+  h.time = [bss](const std::vector<bool>& rows, unsigned sample) {
+    for (size_t r = 0; r < GS_API_COUNT; r++) bss->lat_rows[r] = r < rows.size() && rows[r];
+    __atomic_store_n(&bss->lat_sample, sample, __ATOMIC_RELEASE);
+  };
+  return h;
+}
 
 bool KernelRow::graph() const { return layer == GS_K_GRAPH; }
 

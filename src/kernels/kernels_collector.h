@@ -23,6 +23,7 @@
 #include "core/proc_maps.h"
 #include "core/symbolizer.h"
 #include "core/uprobe_session.h"
+#include "latency/latency_collector.h"
 
 struct kernels_bpf;
 struct gs_k_event;
@@ -54,6 +55,9 @@ class KernelsCollector {
     // Only the naming calls are probed (trace names its launches): nothing is counted.
     bool naming_only = false;
     uint32_t max_rows = 0;  // (pid, kernel) counters; 0: GS_K_MAX_ROWS
+    // The driver's launch programs load as uprobe sessions that can also time launches for a
+    // latency collector (launch_timing_host), so that one program per launch serves both.
+    bool offer_launch_timing = false;
   };
   struct Stats {
     uint64_t rows_full = 0;      // launches not counted: row map full
@@ -92,6 +96,9 @@ class KernelsCollector {
   bool driver_only() const { return driver_only_; }
   // Naming calls as one uprobe session program: one announced already takes no return probe.
   bool name_session() const { return name_session_; }
+  // The launch programs as a latency collector's host: set where offer_launch_timing was and
+  // sessions loaded.
+  std::optional<LaunchTimingHost> launch_timing_host();
   // The kernel a launch's handle names (or the host function), from the same names the
   // counted rows get; empty while unknown (asked again after a second).
   std::string name_of(uint32_t pid, uint64_t handle, bool host_function);
@@ -176,7 +183,8 @@ class KernelsCollector {
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;
   std::map<pid_t, std::vector<MapEntry>> var_maps_;  // mappings handle_var_name read, per process
   bool driver_only_ = false;
-  bool name_session_ = false;  // naming calls as one uprobe session program (kernel 6.12+)
+  bool name_session_ = false;    // naming calls as one uprobe session program (kernel 6.12+)
+  bool timed_launches_ = false;  // the driver's launch programs are the timing sessions
   std::string layer_reason_;
   std::map<std::pair<dev_t, ino_t>, DriverLayout> layouts_;
   std::map<pid_t, std::pair<dev_t, ino_t>> driver_file_;  // the driver library a process maps

@@ -5,8 +5,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +45,15 @@ struct LatencySnapshot {
   unsigned launch_sample = 1;            // one launch in this many was timed
 };
 
+// Another object's launch programs that can time launch rows into latency's maps (latency_time.bpf.h):
+// the agent's kernels collector, whose one program per launch then serves both collectors.
+struct LaunchTimingHost {
+  std::map<std::string, int> maps;  // latency's maps by name, made by the host's object
+  std::vector<bool> rows;           // the rows its programs can time (GS_API_COUNT entries)
+  // Starts timing `rows` (a subset of rows), one launch in `sample`.
+  std::function<void(const std::vector<bool>& rows, unsigned sample)> time;
+};
+
 class LatencyCollector {
  public:
   struct Config {
@@ -52,6 +63,9 @@ class LatencyCollector {
     // Time one launch in this many (GS_ROLE_LAUNCH rows); honoured only with uprobe sessions,
     // where an untimed launch costs no return probe. 1: every call.
     unsigned launch_sample = 1;
+    // Where set, the host's programs time the rows of `apis` it can (with uprobe sessions, and
+    // not per process): latency's maps are the host's, and latency does not probe those rows.
+    std::optional<LaunchTimingHost> launch_host;
   };
   struct Stats {
     uint64_t untimed_no_state = 0;     // calls not timed: no per-thread state
@@ -70,12 +84,15 @@ class LatencyCollector {
   bool session() const { return session_; }
   // The launch sample in force: cfg.launch_sample with sessions, else 1.
   unsigned launch_sample() const { return session_ ? cfg_.launch_sample : 1; }
+  // The rows the launch host times (none without one).
+  const std::vector<bool>& hosted_rows() const { return hosted_; }
 
  private:
   std::vector<LatencySiteCounts> sites() const;
 
   Config cfg_;
   bool session_ = false;
+  std::vector<bool> hosted_;
   std::unique_ptr<latency_bpf, void (*)(latency_bpf*)> skel_;
 };
 

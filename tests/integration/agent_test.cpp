@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -1363,6 +1364,42 @@ TEST(Agent, LatencyProbesOnlyWhatItReports) {
   }
 }
 
+// With kernels running too, its launch programs time the driver's launches for latency (one
+// program per launch): the same series come out, counted the same way.
+TEST(Agent, LaunchesTimedThroughKernelsProgramsReportAsLatencyAlone) {
+  AgWorkload w;
+  UngovernedAgent a(w, {"--collectors", "kernels,latency"});
+  Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
+  ASSERT_EQ(p.wait(30), 0) << p.err();
+  std::smatch sm;
+  const std::string out = p.out();
+  ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
+  const double steps = std::stod(sm[1]);
+  std::string m = a.until([&](const std::string& t) {
+    double n = 0;
+    for (auto& s : where(samples(t, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) n += s.value;
+    return n >= steps;
+  });
+  ASSERT_NE(m, "") << a.metrics();
+  auto hits = [&](const std::string& api, const std::string& outcome) {
+    return value_of(m, "gpuscope_api_probe_hits_total", {{"api", api}, {"outcome", outcome}});
+  };
+  for (const char* api : {"cuLaunchKernel", "cuLaunchKernelEx"}) {
+    SCOPED_TRACE(api);
+    const double per_step = std::string(api) == "cuLaunchKernel" ? 3 : 1;
+    EXPECT_EQ(hits(api, "timed") + hits(api, "unsampled") + std::max(0.0, hits(api, "nested")), per_step * steps);
+    EXPECT_GT(hits(api, "timed"), 0);
+    EXPECT_GT(hits(api, "unsampled"), hits(api, "timed")) << "one launch in 16 timed";
+    double calls = 0;
+    for (auto& s : where(samples(m, "gpuscope_api_calls_total"), {{"api", api}})) calls += s.value;
+    EXPECT_EQ(calls, hits(api, "timed")) << m;
+    EXPECT_EQ(value_of(m, "gpuscope_api_duration_seconds_count", {{"api", api}, {"layer", "driver"}}), calls);
+  }
+  EXPECT_EQ(value_of(m, "gpuscope_api_launch_sample", {}), 16);
+  EXPECT_EQ(hits("cudaDeviceSynchronize", "timed"), std::floor(steps / 10));
+  EXPECT_EQ(a.stop(), 0);
+}
+
 namespace {
 // kernel.bpf_stats_enabled, given back as it was.
 struct StatsKnob {
@@ -1397,7 +1434,7 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
     ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
     const double steps = std::stod(sm[1]);
     std::string m = a.until([&](const std::string& t) {
-      return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex"}}) >= steps;
+      return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex_timed"}}) >= steps;
     });
     ASSERT_NE(m, "") << a.metrics();
     auto runs = [&](const std::string& prog) {
@@ -1405,16 +1442,20 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
     };
     EXPECT_EQ(runs("gs_k_cuda_launch"), 2 * steps);
     EXPECT_EQ(runs("gs_k_launch_exit"), 2 * steps);
-    EXPECT_EQ(runs("gs_k_cu_launch"), 3 * steps);
-    EXPECT_EQ(runs("gs_k_cu_launch_ex"), steps) << "a name longer than the kernel keeps, whole from BTF";
+    // The driver's launches run one session program each, serving kernels and latency: at
+    // entry, and again at the return of those latency times (1 in 16).
+    EXPECT_EQ(runs("gs_k_cu_launch"), -1) << "not loaded: the timed session program replaces it";
+    EXPECT_GE(runs("gs_k_cu_launch_timed"), 3 * steps);
+    EXPECT_LT(runs("gs_k_cu_launch_timed"), 3 * steps * 1.25);
+    EXPECT_GE(runs("gs_k_cu_launch_ex_timed"), steps) << "a name longer than the kernel keeps, whole from BTF";
+    EXPECT_LT(runs("gs_k_cu_launch_ex_timed"), steps * 1.4);
     // Two naming calls a step asking the same two names: each name's first call runs the
     // session program at entry and return, every later one at entry alone.
     EXPECT_EQ(runs("gs_k_name_session"), 2 * steps + 2);
     EXPECT_EQ(runs("gs_k_name_exit"), -1) << "loaded, though the session program replaces it";
-    // The latency session runs at entry of every driver launch and again at the return of
-    // those it times (1 in 16), and at cudaDeviceSynchronize (every 10 steps) and its return.
-    EXPECT_GE(runs("gs_lat_session"), 4 * steps);
-    EXPECT_LT(runs("gs_lat_session"), 4 * steps * 1.25);
+    // Latency's own session runs only at what it times beside launches: cudaDeviceSynchronize
+    // (every 10 steps) and the driver's cuCtxSynchronize within it, at entry and return.
+    EXPECT_EQ(runs("gs_lat_session"), 4 * std::floor(steps / 10));
     EXPECT_GT(value_of(m, "gpuscope_bpf_program_run_seconds_total", {{"program", "gs_k_cuda_launch"}}), 0);
   }
   EXPECT_EQ(a.stop(), 0);

@@ -34,7 +34,8 @@ mkdir -p "$D"
 PER=${GS84_ROUNDS:-6}
 HOLD=${GS84_HOLD_S:-20}
 FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
-# GS84_ARMS: other arms, e.g. "off agent agent:kernels,latency" (agent:LIST: --collectors LIST).
+# GS84_ARMS: other arms, e.g. "off agent agent:kernels,latency agent_s64" (agent:LIST: --collectors
+# LIST; agent_sN: --latency-sample-launches N).
 read -r -a modes <<<"${GS84_ARMS:-off floor kernels latency latency_before memleak ioctl starvation gputime bridge agent}"
 ROUNDS=$((PER * ${#modes[@]}))
 ALL_CALLS=$(python3 - "$GPU_TESTS_DIR/../../src/common/cuda_api.h" <<'PY'
@@ -122,6 +123,7 @@ for ((r = 0; r < ROUNDS; r++)); do
       ;;
     agent) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" ;;
     agent:*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors "${mode#agent:}" ;;
+    agent_s*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --latency-sample-launches "${mode#agent_s}" ;;
     latency_before)
       GPUSCOPE_UPROBE_SESSION=0 start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors latency \
         --latency-apis "$ALL_CALLS" --latency-sample-launches 1

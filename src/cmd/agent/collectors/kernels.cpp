@@ -37,8 +37,10 @@ class KernelsAgent final : public AgentCollector {
   void load(AgentHost& host) override {
     host_ = &host;
     if (rows_) return;
+    const std::string& only = host.options.collectors;
+    bool latency = only.empty() || ("," + only + ",").find(",latency,") != std::string::npos;
     collector_ = std::make_unique<KernelsCollector>(
-        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows});
+        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows, latency});
     collector_->on_exit([this](uint32_t pid, const std::vector<KernelRow>& rows) { exited(pid, rows); });
   }
 
@@ -206,6 +208,7 @@ class KernelsAgent final : public AgentCollector {
       row("other", "", other, has_gpu_other ? &gpu_other : nullptr);
   }
 
+  friend std::optional<LaunchTimingHost> gpuscope::launch_timing_of(AgentCollector*);
   std::function<std::vector<KernelRow>()> rows_;
   AgentHost* host_ = nullptr;
   std::unique_ptr<KernelsCollector> collector_;
@@ -217,6 +220,11 @@ class KernelsAgent final : public AgentCollector {
 std::unique_ptr<AgentCollector> make_kernels_collector() { return std::make_unique<KernelsAgent>(); }
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows) {
   return std::make_unique<KernelsAgent>(std::move(rows));
+}
+
+std::optional<LaunchTimingHost> launch_timing_of(AgentCollector* kernels) {
+  auto* k = dynamic_cast<KernelsAgent*>(kernels);
+  return k && k->collector_ ? k->collector_->launch_timing_host() : std::nullopt;
 }
 
 }  // namespace gpuscope

@@ -1,6 +1,8 @@
 // CUDA API calls by API, layer and result, and their durations as Prometheus histograms.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+
 #include "cmd/agent/collectors/registry.h"
 #include "core/cuda_api.h"
 #include "core/output.h"
@@ -34,8 +36,15 @@ class LatencyAgent final : public AgentCollector {
   void check(const AgentOptions&) const override { rows(); }
 
   void load(AgentHost& host) override {
-    collector_ = std::make_unique<LatencyCollector>(
-        *host.session, LatencyCollector::Config{rows(), false, host.options.scope, sample_});
+    LatencyCollector::Config cfg{rows(), false, host.options.scope, sample_};
+    // kernels loads first: its launch programs time the driver's launches, one program per launch.
+    if (AgentCollector* k = host.find("kernels")) cfg.launch_host = launch_timing_of(k);
+    collector_ = std::make_unique<LatencyCollector>(*host.session, std::move(cfg));
+  }
+
+  std::string describe() const override {
+    const auto& h = collector_ ? collector_->hosted_rows() : std::vector<bool>{};
+    return std::find(h.begin(), h.end(), true) != h.end() ? "latency (launches timed by kernels' programs)" : "latency";
   }
 
   void take() override { snap_ = collector_->snapshot(); }

@@ -3,6 +3,7 @@
 // collector is a file in this folder defining make_<name>_collector(), and its line here.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cmd/agent/collector.h"
@@ -20,6 +21,7 @@
 namespace gpuscope {
 
 struct KernelRow;
+struct LaunchTimingHost;
 
 #define GS_AGENT_DECLARE(n) std::unique_ptr<AgentCollector> make_##n##_collector();
 GS_AGENT_COLLECTORS(GS_AGENT_DECLARE)
@@ -27,6 +29,9 @@ GS_AGENT_COLLECTORS(GS_AGENT_DECLARE)
 
 // The kernels collector's series over rows from `rows` instead of its BPF programs (bench/).
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows);
+// The running kernels collector's launch programs as the latency collector's launch host, where
+// they can time launches (latency then probes the driver's launches through them, not again).
+std::optional<LaunchTimingHost> launch_timing_of(AgentCollector* kernels);
 
 inline std::vector<std::unique_ptr<AgentCollector>> make_agent_collectors() {
   std::vector<std::unique_ptr<AgentCollector>> v;
