@@ -1365,39 +1365,51 @@ TEST(Agent, LatencyProbesOnlyWhatItReports) {
 }
 
 // With kernels running too, its launch programs time the driver's launches for latency (one
-// program per launch): the same series come out, counted the same way.
+// program per launch): the same series come out, counted the same way. Without uprobe sessions
+// each collector keeps its own programs, and latency times every launch.
 TEST(Agent, LaunchesTimedThroughKernelsProgramsReportAsLatencyAlone) {
   AgWorkload w;
-  UngovernedAgent a(w, {"--collectors", "kernels,latency"});
-  Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
-  ASSERT_EQ(p.wait(30), 0) << p.err();
-  std::smatch sm;
-  const std::string out = p.out();
-  ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
-  const double steps = std::stod(sm[1]);
-  std::string m = a.until([&](const std::string& t) {
-    double n = 0;
-    for (auto& s : where(samples(t, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) n += s.value;
-    return n >= steps;
-  });
-  ASSERT_NE(m, "") << a.metrics();
-  auto hits = [&](const std::string& api, const std::string& outcome) {
-    return value_of(m, "gpuscope_api_probe_hits_total", {{"api", api}, {"outcome", outcome}});
-  };
-  for (const char* api : {"cuLaunchKernel", "cuLaunchKernelEx"}) {
-    SCOPED_TRACE(api);
-    const double per_step = std::string(api) == "cuLaunchKernel" ? 3 : 1;
-    EXPECT_EQ(hits(api, "timed") + hits(api, "unsampled") + std::max(0.0, hits(api, "nested")), per_step * steps);
-    EXPECT_GT(hits(api, "timed"), 0);
-    EXPECT_GT(hits(api, "unsampled"), hits(api, "timed")) << "one launch in 16 timed";
-    double calls = 0;
-    for (auto& s : where(samples(m, "gpuscope_api_calls_total"), {{"api", api}})) calls += s.value;
-    EXPECT_EQ(calls, hits(api, "timed")) << m;
-    EXPECT_EQ(value_of(m, "gpuscope_api_duration_seconds_count", {{"api", api}, {"layer", "driver"}}), calls);
+  for (bool sessions : {true, false}) {
+    SCOPED_TRACE(sessions ? "uprobe sessions" : "entry and return probes");
+    std::vector<std::string> env;
+    if (!sessions) env.push_back("GPUSCOPE_UPROBE_SESSION=0");
+    Agent a(w, {"--max-cpu-percent", "0", "--collectors", "kernels,latency"}, env);
+    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
+    ASSERT_EQ(p.wait(30), 0) << p.err();
+    std::smatch sm;
+    const std::string out = p.out();
+    ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
+    const double steps = std::stod(sm[1]);
+    std::string m = a.until([&](const std::string& t) {
+      double n = 0;
+      for (auto& s : where(samples(t, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) n += s.value;
+      return n >= steps;
+    });
+    ASSERT_NE(m, "") << a.metrics();
+    auto hits = [&](const std::string& api, const std::string& outcome) {
+      return value_of(m, "gpuscope_api_probe_hits_total", {{"api", api}, {"outcome", outcome}});
+    };
+    for (const char* api : {"cuLaunchKernel", "cuLaunchKernelEx"}) {
+      SCOPED_TRACE(api);
+      const double per_step = std::string(api) == "cuLaunchKernel" ? 3 : 1;
+      EXPECT_EQ(hits(api, "nested"), 0);
+      EXPECT_EQ(hits(api, "timed") + hits(api, "unsampled"), per_step * steps);
+      EXPECT_GT(hits(api, "timed"), 0);
+      if (sessions)
+        EXPECT_GT(hits(api, "unsampled"), hits(api, "timed")) << "one launch in 16 timed";
+      else
+        EXPECT_EQ(hits(api, "unsampled"), 0) << "every launch timed";
+      double calls = 0;
+      for (auto& s : where(samples(m, "gpuscope_api_calls_total"), {{"api", api}})) calls += s.value;
+      EXPECT_EQ(calls, hits(api, "timed")) << m;
+      EXPECT_EQ(value_of(m, "gpuscope_api_duration_seconds_count", {{"api", api}, {"layer", "driver"}}), calls);
+    }
+    EXPECT_EQ(value_of(m, "gpuscope_api_launch_sample", {}), sessions ? 16 : 1);
+    EXPECT_EQ(hits("cudaDeviceSynchronize", "timed"), std::floor(steps / 10));
+    EXPECT_EQ(a.stop(), 0);
+    const std::string said = a.proc().out() + a.proc().err();  // the start line names the collectors
+    EXPECT_EQ(said.find("latency (launches timed by kernels' programs)") != std::string::npos, sessions) << said;
   }
-  EXPECT_EQ(value_of(m, "gpuscope_api_launch_sample", {}), 16);
-  EXPECT_EQ(hits("cudaDeviceSynchronize", "timed"), std::floor(steps / 10));
-  EXPECT_EQ(a.stop(), 0);
 }
 
 namespace {
