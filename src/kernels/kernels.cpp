@@ -218,8 +218,8 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
           for (bpf_program* t : timed) bpf_program__set_autoload(t, false);
           timed.clear();
           // Latency's maps are made with the object either way: at their smallest where unused.
-          bpf_map__set_max_entries(skel->maps.lat_stats, 1);
-          bpf_map__set_max_entries(skel->maps.lat_rets, 1);
+          for (bpf_map* m : {skel->maps.lat_stats, skel->maps.lat_rets, skel->maps.lat_sites})
+            bpf_map__set_max_entries(m, 1);
         }
         SessionPrograms progs{{p.gs_k_name_enter, p.gs_k_name_exit},
                               {p.gs_k_cuda_launch, p.gs_k_cuda_launch_ex, p.gs_k_cuda_graph, p.gs_k_cuda_host_func,
