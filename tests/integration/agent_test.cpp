@@ -1364,6 +1364,27 @@ TEST(Agent, LatencyProbesOnlyWhatItReports) {
   }
 }
 
+namespace {
+// Runs the stand-in's PyTorch-shaped loop (standin_app torch_steps ARGS) to its end; the steps
+// it made, or -1 (a failure added) when it did not run.
+double run_torch_steps(const AgWorkload& w, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{w.path(), "torch_steps"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p(argv);
+  if (p.wait(30) != 0) {
+    ADD_FAILURE() << p.err();
+    return -1;
+  }
+  std::smatch sm;
+  const std::string out = p.out();
+  if (!std::regex_search(out, sm, std::regex("calls=(\\d+)"))) {
+    ADD_FAILURE() << out;
+    return -1;
+  }
+  return std::stod(sm[1]);
+}
+}  // namespace
+
 // With kernels running too, its launch programs time the driver's launches for latency (one
 // program per launch): the same series come out, counted the same way. Without uprobe sessions
 // each collector keeps its own programs, and latency times every launch.
@@ -1374,12 +1395,8 @@ TEST(Agent, LaunchesTimedThroughKernelsProgramsReportAsLatencyAlone) {
     std::vector<std::string> env;
     if (!sessions) env.push_back("GPUSCOPE_UPROBE_SESSION=0");
     Agent a(w, {"--max-cpu-percent", "0", "--collectors", "kernels,latency"}, env);
-    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "20", "1000"});
-    ASSERT_EQ(p.wait(30), 0) << p.err();
-    std::smatch sm;
-    const std::string out = p.out();
-    ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
-    const double steps = std::stod(sm[1]);
+    const double steps = run_torch_steps(w, {"200", "2", "1", "1", "20", "1000"});
+    ASSERT_GT(steps, 0);
     std::string m = a.until([&](const std::string& t) {
       double n = 0;
       for (auto& s : where(samples(t, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) n += s.value;
@@ -1439,12 +1456,8 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
   }
   knob.set(1);
   {
-    Process p({w.path(), "torch_steps", "200", "2", "1", "1", "0", "1000", "2"});
-    ASSERT_EQ(p.wait(30), 0) << p.err();
-    std::smatch sm;
-    const std::string out = p.out();
-    ASSERT_TRUE(std::regex_search(out, sm, std::regex("calls=(\\d+)"))) << out;
-    const double steps = std::stod(sm[1]);
+    const double steps = run_torch_steps(w, {"200", "2", "1", "1", "0", "1000", "2"});
+    ASSERT_GT(steps, 0);
     std::string m = a.until([&](const std::string& t) {
       return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex_timed"}}) >= steps;
     });
