@@ -1400,7 +1400,9 @@ TEST(Agent, LaunchesTimedThroughKernelsProgramsReportAsLatencyAlone) {
     std::string m = a.until([&](const std::string& t) {
       double n = 0;
       for (auto& s : where(samples(t, "gpuscope_api_probe_hits_total"), {{"api", "cuLaunchKernelEx"}})) n += s.value;
-      return n >= steps;
+      // The last step's synchronize comes after its launches.
+      return n >= steps && value_of(t, "gpuscope_api_probe_hits_total",
+                                    {{"api", "cudaDeviceSynchronize"}, {"outcome", "timed"}}) >= std::floor(steps / 10);
     });
     ASSERT_NE(m, "") << a.metrics();
     auto hits = [&](const std::string& api, const std::string& outcome) {
@@ -1459,7 +1461,10 @@ TEST(Agent, ReportsItsBpfProgramsWhileStatsAreOn) {
     const double steps = run_torch_steps(w, {"200", "2", "1", "1", "0", "1000", "2"});
     ASSERT_GT(steps, 0);
     std::string m = a.until([&](const std::string& t) {
-      return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cu_launch_ex_timed"}}) >= steps;
+      // Programs that run once a launch: the session programs' runs include sampled returns,
+      // so a refresh before the last step can read `steps` of them already.
+      return value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_cuda_launch"}}) >= 2 * steps &&
+             value_of(t, "gpuscope_bpf_program_runs_total", {{"program", "gs_k_launch_exit"}}) >= 2 * steps;
     });
     ASSERT_NE(m, "") << a.metrics();
     auto runs = [&](const std::string& prog) {
