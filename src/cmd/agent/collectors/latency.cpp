@@ -88,7 +88,7 @@ class LatencyAgent final : public AgentCollector {
 
  private:
   // An always-on process times one launch in 16: the histogram still fills within a second on
-  // a launch-bound process, and 15 launches in 16 cost one entry probe, shared with kernels'.
+  // a launch-bound process, and 15 launches in 16 cost one entry probe (kernels' program, where it times them).
   static constexpr unsigned kLaunchSample = 16;
 
   std::vector<bool> rows() const { return apis_.empty() ? always_on_latency_rows() : select_apis(apis_, "all"); }
