@@ -112,8 +112,9 @@ static __always_inline __u8 site_kind(const enum gs_k_site site)
 }
 
 /* One program per launch site kind, so that the site is a constant here rather than a
- * cookie read and branches on every launch. */
-static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
+ * cookie read and branches on every launch. `scoped`: in_scope() where the caller has asked it
+ * already, else -1. */
+static __always_inline int launch_scoped(struct pt_regs *ctx, const enum gs_k_site site, int scoped)
 {
 	const bool runtime = site <= GS_K_CUDA_HOST_FUNC;
 	__u64 handle = gs_launch_handle(ctx, site_kind(site));
@@ -122,7 +123,7 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	struct thread_state *st;
 
 	if (runtime) {
-		if (!in_scope())
+		if (!(scoped < 0 ? in_scope() : scoped))
 			return 0;
 		st = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!st) {
@@ -149,7 +150,7 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 			st->teach = 0;
 			return 0;
 		}
-		if (!in_scope())
+		if (!(scoped < 0 ? in_scope() : scoped))
 			return 0;
 	}
 	__u32 pid = task->tgid;
@@ -188,6 +189,11 @@ static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site
 	return 0;
 }
 
+static __always_inline int launch(struct pt_regs *ctx, const enum gs_k_site site)
+{
+	return launch_scoped(ctx, site, -1);
+}
+
 #define GS_K_LAUNCH_PROG(prog, site)                                                               \
 	SEC("uprobe")                                                                              \
 	int prog(struct pt_regs *ctx)                                                              \
@@ -214,12 +220,13 @@ GS_K_LAUNCH_PROG(gs_k_cu_host_func, GS_K_CU_HOST_FUNC)
 			lat_leave(ctx);                                                            \
 			return 0;                                                                  \
 		}                                                                                  \
-		launch(ctx, site);                                                                 \
+		bool scoped = in_scope(); /* asked once for both collectors */                     \
+		launch_scoped(ctx, site, scoped);                                                  \
 		__u32 row = (__u32)bpf_get_attach_cookie(ctx);                                     \
 		__u32 sample = lat_sample;                                                         \
 		if (!sample || row >= GS_API_COUNT || !lat_rows[row])                              \
 			return 1;                                                                  \
-		return lat_enter(row, true, sample);                                               \
+		return lat_enter_scoped(row, true, sample, scoped);                                \
 	}
 GS_K_TIMED_LAUNCH_PROG(gs_k_cu_launch_timed, GS_K_CU_LAUNCH)
 GS_K_TIMED_LAUNCH_PROG(gs_k_cu_launch_ex_timed, GS_K_CU_LAUNCH_EX)

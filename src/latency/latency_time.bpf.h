@@ -72,10 +72,10 @@ static __always_inline void lat_add(void *map, const void *key, __u64 v)
 	}
 }
 
-/* The entry half. Returns 0 when the call is timed (its return must run), 1 when not: a
+/* The entry half, for a call whose scope (in_scope) is `scoped`. Returns 0 when the call is timed (its return must run), 1 when not: a
  * session then skips the return probe. A launch row is timed once in `sample` outermost calls,
  * at random; only a session spares the others their return probe, so sample > 1 only then. */
-static __always_inline int lat_enter(__u32 api, bool session, __u32 sample)
+static __always_inline int lat_enter_scoped(__u32 api, bool session, __u32 sample, bool scoped)
 {
 	if (api >= GS_API_COUNT)
 		return 1;
@@ -86,7 +86,7 @@ static __always_inline int lat_enter(__u32 api, bool session, __u32 sample)
 	struct gs_lat_site *site = bpf_map_lookup_elem(&lat_sites, &api);
 	if (site)
 		site->entries += 1;
-	if (!in_scope()) {
+	if (!scoped) {
 		if (site)
 			site->filtered += 1;
 		return 1;
@@ -118,6 +118,12 @@ static __always_inline int lat_enter(__u32 api, bool session, __u32 sample)
 	st->api = api;
 	st->start_ns = bpf_ktime_get_ns();
 	return 0;
+}
+
+/* As lat_enter_scoped, asking the scope (-c, cgroups) itself. */
+static __always_inline int lat_enter(__u32 api, bool session, __u32 sample)
+{
+	return lat_enter_scoped(api, session, sample, in_scope());
 }
 
 static __always_inline void lat_record(__u32 api, __u64 dur, __s32 ret)
