@@ -89,6 +89,7 @@ struct DeviceState {
   uint32_t unsupported = 0;    // calls that answered NVML_ERROR_NOT_SUPPORTED, by bit
   std::chrono::steady_clock::time_point pcie_at{};
   uint64_t pcie_tx_kbps = 0, pcie_rx_kbps = 0;
+  gpu_device_metrics detail{};  // the last details read, published again on utilization-only ticks
 };
 
 }  // namespace
@@ -106,7 +107,10 @@ class Bridge {
   void open_maps();
   void clear_hash(int fd);
   bool still_holder();
+  template <typename Fn, typename... Args>
+  bool call(unsigned i, int field, Fn fn, Args... args);
   void read_device(unsigned i, gpu_device_metrics& m);
+  void read_details(unsigned i, gpu_device_metrics& m);
   // The newest busy utilization sample since the last read, where the reading says idle.
   bool read_samples(unsigned i, gpu_device_metrics& m);
   void publish_devices();
@@ -140,6 +144,8 @@ class Bridge {
   std::vector<gpu_pid_device> pd_vals_;
   std::vector<gpu_pid> pid_vals_;
   uint64_t ticks_ = 0;
+  bool detail_tick_ = true;  // this tick reads details and processes
+  std::chrono::steady_clock::time_point detail_at_{};
   Writer out_;
 };
 
@@ -196,23 +202,38 @@ void Bridge::open_maps() {
     bpf_map_update_elem(maps_[kDevice].get(), &i, &zero, BPF_ANY);
 }
 
-void Bridge::read_device(unsigned i, gpu_device_metrics& m) {
-  const nvml::Api& a = nvml_->api();
-  nvml::Device d = nvml_->devices()[i];
+// A call the device does not support is not made again: on the H200 an unsupported
+// nvmlDeviceGetFanSpeed costs 160 us of CPU every time.
+template <typename Fn, typename... Args>
+bool Bridge::call(unsigned i, int field, Fn fn, Args... args) {
   DeviceState& st = state_[i];
-  // A call the device does not support is not made again: on the H200 an unsupported
-  // nvmlDeviceGetFanSpeed costs 160 us of CPU every time.
-  auto call = [&](int field, auto fn, auto... args) {
-    uint32_t bit = 1u << field;
-    if (!fn || (st.unsupported & bit)) return false;
-    nvml::Return r = fn(d, args...);
-    if (r == nvml::kNotSupported) st.unsupported |= bit;
-    return r == nvml::kSuccess;
-  };
+  uint32_t bit = 1u << field;
+  if (!fn || (st.unsupported & bit)) return false;
+  nvml::Return r = fn(nvml_->devices()[i], args...);
+  if (r == nvml::kNotSupported) st.unsupported |= bit;
+  return r == nvml::kSuccess;
+}
+
+void Bridge::read_device(unsigned i, gpu_device_metrics& m) {
+  DeviceState& st = state_[i];
+  // Details first, so that the utilization's timestamp is the newest reading.
+  if (detail_tick_) read_details(i, st.detail);
+  m = st.detail;
+  m.timestamp_ns = realtime_ns();
+  if (nvml::Utilization ut{}; call(i, 0, nvml_->api().utilization, &ut))
+    m.sm_util_pct = ut.gpu, m.mem_util_pct = ut.memory;
+}
+
+// Every NVML query is an ioctl into the driver, and many are calls into the GPU's firmware that
+// hold its locks: an agent beside a training job reads these once a second, not at the 10 Hz
+// its utilization needs.
+void Bridge::read_details(unsigned i, gpu_device_metrics& m) {
+  const nvml::Api& a = nvml_->api();
+  DeviceState& st = state_[i];
+  auto call = [&](int field, auto fn, auto... args) { return this->call(i, field, fn, args...); };
   unsigned u = 0, u2 = 0;
   unsigned long long ull = 0;
-  m.timestamp_ns = realtime_ns();
-  if (nvml::Utilization ut{}; call(0, a.utilization, &ut)) m.sm_util_pct = ut.gpu, m.mem_util_pct = ut.memory;
+  m = {};
   nvml::MemoryV2 mv{nvml::kMemoryV2Version};
   nvml::Memory mm{};
   if (call(1, a.memory_v2, &mv))
@@ -441,9 +462,14 @@ void Bridge::publish_meta() {
 bool Bridge::tick() {
   if (!still_holder()) return false;
   uint64_t now_rt = realtime_ns();
+  auto now = std::chrono::steady_clock::now();
+  detail_tick_ = ticks_ == 0 || now - detail_at_ >= std::chrono::milliseconds(o_.detail_interval_ms);
+  if (detail_tick_) detail_at_ = now;
   publish_devices();
-  read_processes(now_rt);
-  publish_processes();
+  if (detail_tick_) {
+    read_processes(now_rt);
+    publish_processes();
+  }
   publish_meta();
   out_.flush();
   ticks_++;

@@ -10,6 +10,9 @@ struct BridgeOptions {
   std::string nvml = "libnvidia-ml.so.1";
   std::string pin_dir = "/sys/fs/bpf";  // kDefaultPinDir: bpffs is mounted there if missing
   unsigned poll_interval_ms = 100;
+  // Device details (memory, temperature, power, clocks, ECC, ...) and the process list are read
+  // at most this often; every tick reads utilization. 0: everything every tick.
+  unsigned detail_interval_ms = 0;
   bool no_samples = false;  // poll only: the figure's baseline
   bool json = false;
   bool verbose = false;

@@ -14,6 +14,10 @@ void register_bridge(CLI::App& app) {
   cmd->add_option("--pin-dir", o->pin_dir, "bpffs directory for the pins (default /sys/fs/bpf)");
   add_number(cmd, "--poll-interval-ms", o->poll_interval_ms, "Poll NVML every MS milliseconds (default 100)",
              "milliseconds", 1, 3600000);
+  add_number(cmd, "--detail-interval-ms", o->detail_interval_ms,
+             "Read device details (memory, temperature, power, clocks, ECC) and processes at most every MS "
+             "milliseconds; utilization every poll (default 0: everything every poll)",
+             "milliseconds", 0, 3600000);
   cmd->add_flag("--no-samples", o->no_samples, "Poll only; ignore NVML's utilization sample buffer");
   cmd->footer(
       "EXAMPLES:\n"

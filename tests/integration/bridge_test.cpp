@@ -353,6 +353,61 @@ TEST(BridgeSamples, BurstBetweenPollsMovesLastActive) {
   }
 }
 
+// --detail-interval-ms (the agent's bridge reads them once a second): utilization every poll;
+// the device details and the processes, NVML calls that reach the GPU's firmware, only on a
+// tick at least the interval after the last that read them, published unchanged in between.
+TEST(BridgeSamples, DetailsAndProcessesReadEveryDetailInterval) {
+  TwoDevices two;
+  auto& [d, f] = two;
+  Bridge b(d, f, {"--json", "--poll-interval-ms", "50", "--detail-interval-ms", "600"});
+  wait_ticks(d, 3);
+  std::string changed = kTwoDevices;
+  changed.replace(changed.find("util 37"), 7, "util 80");
+  changed.replace(changed.find("temp 55"), 7, "temp 70");
+  changed += "process 0 999 4194304\n";
+  f.write(changed);
+  wait_ticks(d, 40);
+  b.p.signal(SIGINT);
+  ASSERT_EQ(b.p.wait(10), 0);
+
+  std::set<int> detail_ticks;
+  for (auto& j : lines_of(b.p.out(), "process")) detail_ticks.insert(j["tick"].get<int>());
+  std::map<int, json> dev0;  // by tick
+  for (auto& j : lines_of(b.p.out(), "device"))
+    if (j["device"] == 0) dev0[j["tick"].get<int>()] = j;
+  ASSERT_GE(dev0.size(), 43u) << b.p.out();
+  ASSERT_TRUE(detail_ticks.count(0)) << "the first tick reads everything";
+  ASSERT_GE(detail_ticks.size(), 2u) << b.p.out();
+  ASSERT_LT(detail_ticks.size(), dev0.size() / 2) << "details on every tick";
+  // Details read at most every 600 ms (by the ticks' own times), utilization at every tick.
+  int prev = -1, util_at = -1, temp_at = -1;
+  for (int t : detail_ticks) {
+    if (prev >= 0)
+      EXPECT_GE(dev0[t]["timestamp_ns"].get<uint64_t>() - dev0[prev]["timestamp_ns"].get<uint64_t>(), 600'000'000u);
+    prev = t;
+  }
+  for (auto& [t, j] : dev0) {
+    if (util_at < 0 && j["sm_util_pct"] == 80) util_at = t;
+    if (temp_at < 0 && j["temp_c"] == 70) temp_at = t;
+    if (temp_at < 0) EXPECT_EQ(j["temp_c"], 55) << j.dump();
+    EXPECT_EQ(j["power_mw"], 123456) << "details are published on every tick";
+  }
+  ASSERT_GE(util_at, 0) << b.p.out();
+  ASSERT_GE(temp_at, util_at) << b.p.out();
+  EXPECT_TRUE(detail_ticks.count(temp_at)) << "the temperature changed on tick " << temp_at << ", no detail tick";
+  bool new_pid_before = false;
+  for (auto& j : lines_of(b.p.out(), "process"))
+    if (j["pid"] == 999) new_pid_before = new_pid_before || j["tick"].get<int>() < temp_at;
+  EXPECT_FALSE(new_pid_before) << "the process list is read with the details";
+  // What a consumer reads now: the last tick's values.
+  gpu_device_metrics m{};
+  ASSERT_TRUE(lookup(d.pin(GPU_PIN_DEVICE), 0u, &m));
+  EXPECT_EQ(m.sm_util_pct, 80u);
+  EXPECT_EQ(m.temp_c, 70u);
+  gpu_pid p{};
+  EXPECT_TRUE(lookup(d.pin(GPU_PIN_PER_PID), 999u, &p));
+}
+
 TEST(BridgeLifecycle, FreshnessAdvancesEachTickAndStopsAfterExit) {
   TwoDevices two;
   auto& [d, f] = two;

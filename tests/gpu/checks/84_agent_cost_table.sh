@@ -35,7 +35,8 @@ PER=${GS84_ROUNDS:-6}
 HOLD=${GS84_HOLD_S:-20}
 FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
 # GS84_ARMS: other arms, e.g. "off agent agent:kernels,latency agent_s64" (agent:LIST: --collectors
-# LIST; agent_sN: --latency-sample-launches N).
+# LIST; agent_sN: --latency-sample-launches N; agent_bN: --bridge-poll-interval-ms N;
+# agent_dN: --bridge-detail-interval-ms N).
 read -r -a modes <<<"${GS84_ARMS:-off floor kernels latency latency_before memleak ioctl starvation gputime bridge agent}"
 ROUNDS=$((PER * ${#modes[@]}))
 ALL_CALLS=$(python3 - "$GPU_TESTS_DIR/../../src/common/cuda_api.h" <<'PY'
@@ -99,7 +100,7 @@ agent_port() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).r
 
 # GS84_COST=0: the memory part alone.
 if [[ ${GS84_COST:-1} == 1 ]]; then
-export TORCH_STEPS_WARM=$WARM
+export TORCH_STEPS_WARM=$WARM TORCH_STEPS_CAL=1
 WL_CPU=2
 start_steps "$D/go" "$ROUNDS" "${PIN_WL[@]}"
 {
@@ -124,6 +125,8 @@ for ((r = 0; r < ROUNDS; r++)); do
     agent) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" ;;
     agent:*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors "${mode#agent:}" ;;
     agent_s*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --latency-sample-launches "${mode#agent_s}" ;;
+    agent_d*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --bridge-detail-interval-ms "${mode#agent_d}" ;;
+    agent_b*) start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --bridge-poll-interval-ms "${mode#agent_b}" ;;
     latency_before)
       GPUSCOPE_UPROBE_SESSION=0 start_agent "$D/agent_r$r" -p "$SW" "${LIBS[@]}" --collectors latency \
         --latency-apis "$ALL_CALLS" --latency-sample-launches 1
@@ -178,6 +181,13 @@ mr = {m: step_times.median([v for _, v in rv]) for m, rv in rounds.items()}
 print("  median of round medians, ratio to off: " + ", ".join("%s %.3fx" % (m, v / mr["off"]) for m, v in mr.items()))
 print("  p25 of blocks (least disturbed), ratio to off: " + ", ".join(
     "%s %.3fx" % (m, q(v, .25) / q(by["off"], .25)) for m, v in by.items()))
+cal = step_times.calibrated(sys.argv[1], sys.argv[2])
+if "off" in cal:
+    cm = {m: step_times.median([v for _, v, _ in rv]) for m, rv in cal.items()}
+    print("calibrated (each block's step time over its CPU calibration), median of round medians, ratio to off: " +
+          ", ".join("%s %.3fx" % (m, v / cm["off"]) for m, v in cm.items()))
+    for m, rv in cal.items():
+        print("  %-15s calibration ms by round: %s" % (m, " ".join("%.3f" % c for _, _, c in sorted(rv))))
 lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan")) / off
 ok = lat <= 1.05 and ag <= 1.07
 print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (

@@ -50,3 +50,20 @@ def paired_ratios(rounds, arms):
             continue
         out[m] = [v / off[r // arms] for r, v in rv if r // arms in off]
     return {m: v for m, v in out.items() if v}
+
+
+def calibrated(steps_path, modes_path):
+    """{arm: [(round, median of the round's step ms / its block's calibration ms, median
+    calibration ms), ...]} from rounds run with TORCH_STEPS_CAL=1; empty without."""
+    modes = dict(l.split() for l in open(modes_path))
+    out = {}
+    for line in open(steps_path):
+        if not line.startswith("ROUND "):
+            continue
+        j = json.loads(line[6:])
+        m = modes.get(str(j["round"]))
+        cal = j.get("cal_ms")
+        if m and cal and len(cal) == len(j["step_ms"]):
+            out.setdefault(m, []).append(
+                (j["round"], statistics.median(s / c for s, c in zip(j["step_ms"], cal)), statistics.median(cal)))
+    return out

@@ -9,6 +9,10 @@ runs STEPS steps and prints `ROUND {"round": r, "step_ms": [...]}` (per-step tim
 blocks of 10 steps, synchronized at each block's end). With SECONDS, a round runs blocks of 10
 steps until SECONDS have passed instead (checks/82: a round that spans a whole duty period holds
 exactly one recording window). TORCH_STEPS_WARM=1: unmeasured steps run while it waits.
+TORCH_STEPS_CAL=1: after each block, a fixed pure-Python loop (no CUDA call, so nothing probed)
+is timed too, and the ROUND line has its times in "cal_ms": how fast the CPU ran that block. Some
+GPU hosts switch between two CPU speeds for seconds at a time; a step time divided by its block's
+calibration compares arms across them.
 """
 import json
 import os
@@ -22,6 +26,7 @@ def main():
     go, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     warm = os.environ.get("TORCH_STEPS_WARM") == "1"
+    cal = os.environ.get("TORCH_STEPS_CAL") == "1"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.ReLU(), torch.nn.Linear(64, 10)).cuda()
@@ -33,6 +38,13 @@ def main():
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
+    def calibrate():
+        t = time.perf_counter()
+        acc = 0
+        for i in range(8000):
+            acc += i * i % 7
+        return (time.perf_counter() - t) * 1000.0
 
     for _ in range(50):
         step()
@@ -48,7 +60,7 @@ def main():
             for _ in range(10):
                 step()
             torch.cuda.synchronize()
-        times = []
+        times, cals = [], []
         start = time.perf_counter()
         while (time.perf_counter() - start < seconds) if seconds else len(times) < steps // 10:
             t = time.perf_counter()
@@ -56,7 +68,12 @@ def main():
                 step()
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t) * 100.0)  # ms per step
-        print("ROUND", json.dumps({"round": r, "step_ms": times}), flush=True)
+            if cal:
+                cals.append(calibrate())
+        line = {"round": r, "step_ms": times}
+        if cal:
+            line["cal_ms"] = cals
+        print("ROUND", json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

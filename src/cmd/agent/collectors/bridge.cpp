@@ -36,6 +36,10 @@ class BridgeAgent final : public AgentCollector {
     add_number(cmd, "--bridge-poll-interval-ms", poll_ms_,
                "NVML poll interval of the bridge the agent runs when none is running (default 100)", "milliseconds", 10,
                60000);
+    add_number(cmd, "--bridge-detail-interval-ms", detail_ms_,
+               "How often that bridge reads device details and processes; utilization is read every poll "
+               "(default 1000)",
+               "milliseconds", 0, 3600000);
   }
 
   void check(const AgentOptions& o) const override { nvml::check_library(o.nvml); }
@@ -148,6 +152,7 @@ class BridgeAgent final : public AgentCollector {
       b.nvml = o.nvml;
       b.pin_dir = o.pin_dir;
       b.poll_interval_ms = poll_ms_;
+      b.detail_interval_ms = detail_ms_;
       b.verbose = o.common.verbose;
       own_ = std::make_unique<BridgePublisher>(b);
       tried_.reset();
@@ -209,6 +214,7 @@ class BridgeAgent final : public AgentCollector {
 
   AgentHost* host_ = nullptr;
   unsigned poll_ms_ = 100;
+  unsigned detail_ms_ = 1000;
   std::unique_ptr<BridgeReader> reader_;
   std::unique_ptr<BridgePublisher> own_;
   std::jthread thread_;

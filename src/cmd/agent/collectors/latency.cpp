@@ -29,7 +29,7 @@ class LatencyAgent final : public AgentCollector {
                     "copies, graphs and the driver's launches, not the per-operation device and context queries)")
         ->delimiter(',');
     add_number(cmd, "--latency-sample-launches", sample_,
-               "Time one kernel launch in N (needs uprobe sessions, kernel 6.12+; default 16; 1: every launch)", "N", 1,
+               "Time one kernel launch in N (needs uprobe sessions, kernel 6.12+; default 64; 1: every launch)", "N", 1,
                65535);
   }
 
@@ -87,9 +87,11 @@ class LatencyAgent final : public AgentCollector {
   }
 
  private:
-  // An always-on process times one launch in 16: the histogram still fills within a second on
-  // a launch-bound process, and 15 launches in 16 cost one entry probe (kernels' program, where it times them).
-  static constexpr unsigned kLaunchSample = 16;
+  // An always-on agent times one launch in 64: a launch-bound process still fills the histogram
+  // with hundreds a second, and 63 launches in 64 cost one entry probe (kernels' program, where
+  // it times them). Each timed launch adds a return probe: one in 64 is a quarter of those of
+  // one in 16 (on H100s the two read within their noise, docs/gpu-runs/2026-12-06-round17).
+  static constexpr unsigned kLaunchSample = 64;
 
   std::vector<bool> rows() const { return apis_.empty() ? always_on_latency_rows() : select_apis(apis_, "all"); }
 
