@@ -188,6 +188,15 @@ if "off" in cal:
           ", ".join("%s %.3fx" % (m, v / cm["off"]) for m, v in cm.items()))
     for m, rv in cal.items():
         print("  %-15s calibration ms by round: %s" % (m, " ".join("%.3f" % c for _, _, c in sorted(rv))))
+    # Rounds the CPU ran at its usual speed: a round whose calibration is 10 % above the median
+    # round's ran on a slower CPU (the host's other speed), whatever the arm.
+    usual = step_times.median([c for rv in cal.values() for _, _, c in rv])
+    kept = {m: [v for r, v in rounds[m] if any(cr == r and c <= 1.1 * usual for cr, _, c in cal[m])] for m in cal}
+    if kept.get("off"):
+        ko = step_times.median(kept["off"])
+        print("rounds at the usual CPU speed (calibration within 10 %% of %.3f ms), median of round medians, "
+              "ratio to off: %s" % (usual, ", ".join("%s %.3fx (%d of %d rounds)" % (
+                  m, step_times.median(v) / ko, len(v), len(rounds[m])) for m, v in kept.items() if v)))
 lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan")) / off
 ok = lat <= 1.05 and ag <= 1.07
 print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
