@@ -72,9 +72,10 @@ static __always_inline void lat_add(void *map, const void *key, __u64 v)
 	}
 }
 
-/* The entry half, for a call whose scope (in_scope) is `scoped`. Returns 0 when the call is timed (its return must run), 1 when not: a
- * session then skips the return probe. A launch row is timed once in `sample` outermost calls,
- * at random; only a session spares the others their return probe, so sample > 1 only then. */
+/* The entry half, for a call whose scope (in_scope) is `scoped`. Returns 0 when the call is
+ * timed (its return must run), 1 when not: a session then skips the return probe. A launch row
+ * is timed once in `sample` outermost calls, at random; only a session spares the others their
+ * return probe, so sample > 1 only then. */
 static __always_inline int lat_enter_scoped(__u32 api, bool session, __u32 sample, bool scoped)
 {
 	if (api >= GS_API_COUNT)
