@@ -15,6 +15,23 @@ int bare_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+/* The same count through the other ways gpuscope attaches (kernels_overhead --floor-attach):
+ * one uprobe_multi link, or a uprobe session whose entry declines the return. Not loaded
+ * unless asked for, so that a kernel without them still loads the rest. */
+SEC("uprobe")
+int bare_multi(struct pt_regs *ctx)
+{
+	__sync_fetch_and_add(&enter_hits, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int bare_session(struct pt_regs *ctx)
+{
+	__sync_fetch_and_add(&enter_hits, 1);
+	return 1;
+}
+
 SEC("uretprobe")
 int bare_exit(struct pt_regs *ctx)
 {

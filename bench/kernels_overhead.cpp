@@ -40,6 +40,11 @@ int main(int argc, char** argv) {
   app.add_option("--count-layer", layer, "gpuscope kernels --count-layer (driver or both)")
       ->check(CLI::IsMember({"driver", "both"}));
   app.add_flag("--json", json_out, "Print one JSON object");
+  // What the kernel's way of attaching costs: gpuscope attaches uprobe_multi links, and the
+  // agent's launch programs as uprobe sessions; the floor is one perf-event uprobe per site.
+  std::string floor_attach = "perf";
+  app.add_option("--floor-attach", floor_attach, "How the bare entry probes attach: perf, multi or session")
+      ->check(CLI::IsMember({"perf", "multi", "session"}));
   CLI11_PARSE(app, argc, argv);
   if (!hold && (gpuscope.empty() || workload.empty())) {
     fprintf(stderr, "kernels_overhead: --gpuscope and --workload are required (or --hold)\n");
@@ -59,8 +64,11 @@ int main(int argc, char** argv) {
                                  {"cudaGraphLaunch", true},
                                  {"cudaLaunchCooperativeKernel", true},
                                  {"cudaLaunchHostFunc", true}});
-  auto* bare = kernels_bare_bpf__open_and_load();
-  if (!bare) throw std::runtime_error("cannot load the bare programs");
+  auto* bare = kernels_bare_bpf__open();
+  if (!bare) throw std::runtime_error("cannot open the bare programs");
+  if (floor_attach == "multi") prepare_uprobe_multi(bare->progs.bare_multi);
+  if (floor_attach == "session") prepare_uprobe_session(bare->progs.bare_session);
+  if (kernels_bare_bpf__load(bare)) throw std::runtime_error("cannot load the bare programs");
   struct Site {
     std::string path;
     uint64_t off;
@@ -80,6 +88,23 @@ int main(int argc, char** argv) {
   auto attach_bare = [&] {
     std::vector<Link> links;
     std::string err;
+    if (floor_attach != "perf") {
+      std::map<std::string, UprobeMultiTarget> by_file;
+      for (auto& s : sites) {
+        if (s.exit) throw std::runtime_error("--floor-attach " + floor_attach + " takes entry probes only");
+        auto& t = by_file[s.path];
+        t.path = s.path;
+        t.offsets.push_back(s.off);
+        t.cookies.push_back(0);
+        t.session = floor_attach == "session";
+      }
+      auto* prog = floor_attach == "session" ? bare->progs.bare_session : bare->progs.bare_multi;
+      for (auto& [path, t] : by_file) {
+        links.push_back(attach_uprobe_multi(prog, t, &err));
+        if (!err.empty()) throw std::runtime_error("attach " + path + ": " + err);
+      }
+      return links;
+    }
     for (auto& s : sites) {
       links.push_back(attach_uprobe(bare->progs.bare_enter, {s.path, s.off, -1, 0, false}, &err));
       if (s.exit) links.push_back(attach_uprobe(bare->progs.bare_exit, {s.path, s.off, -1, 0, true}, &err));
@@ -94,7 +119,7 @@ int main(int argc, char** argv) {
     sigaddset(&stop, SIGTERM);
     sigprocmask(SIG_BLOCK, &stop, nullptr);
     auto links = attach_bare();
-    printf("floor attached: %zu probes\n", links.size());
+    printf("floor attached: %zu %s links\n", links.size(), floor_attach.c_str());
     fflush(stdout);
     int sig;
     sigwait(&stop, &sig);

@@ -36,7 +36,8 @@ HOLD=${GS84_HOLD_S:-20}
 FLOOR=$GPU_TESTS_DIR/bin/kernels_overhead
 # GS84_ARMS: other arms, e.g. "off agent agent:kernels,latency agent_s64" (agent:LIST: --collectors
 # LIST; agent_sN: --latency-sample-launches N; agent_bN: --bridge-poll-interval-ms N;
-# agent_dN: --bridge-detail-interval-ms N).
+# agent_dN: --bridge-detail-interval-ms N; floor_multi, floor_session: the floor's probes as one
+# uprobe_multi link, or as uprobe sessions that decline the return, as gpuscope attaches its own).
 read -r -a modes <<<"${GS84_ARMS:-off floor kernels latency latency_before memleak ioctl starvation gputime bridge agent}"
 ROUNDS=$((PER * ${#modes[@]}))
 ALL_CALLS=$(python3 - "$GPU_TESTS_DIR/../../src/common/cuda_api.h" <<'PY'
@@ -115,9 +116,11 @@ for ((r = 0; r < ROUNDS; r++)); do
   mode=${ORDER[$r]}
   case $mode in
     off) ;;
-    floor)
+    floor | floor_*)
       [[ -x $FLOOR && -n $LIBCUDA ]] || fail "the floor needs bin/kernels_overhead and libcuda in the ld cache"
-      "${PIN_GS[@]}" "$FLOOR" --hold --lib "$LIBCUDA" >"$D/floor_r$r.out" 2>&1 &
+      attach=perf
+      [[ $mode == floor_* ]] && attach=${mode#floor_}
+      "${PIN_GS[@]}" "$FLOOR" --hold --floor-attach "$attach" --lib "$LIBCUDA" >"$D/floor_r$r.out" 2>&1 &
       AGENT_PID=$!
       track "$AGENT_PID"
       wait_for "$D/floor_r$r.out" 'floor attached' 60 "$AGENT_PID" || fail "floor did not attach: $(cat "$D/floor_r$r.out")"
@@ -138,7 +141,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   sleep "${GS84_SETTLE_S:-3}"
   echo "$r $mode" >>"$D/modes.txt"
   is_agent=0
-  [[ $mode == agent* || ($mode != off && $mode != floor) ]] && is_agent=1
+  [[ $mode == agent* || ($mode != off && $mode != floor*) ]] && is_agent=1
   if [[ $STATS == 1 && $is_agent == 1 ]]; then scrape "$(agent_port "$D/agent_r$r.jsonl")" >"$D/m0_r$r.prom"; fi
   c0=$(proc_counters "$SW")
   [[ $mode == off ]] || t0=$(thread_cpu "$AGENT_PID")
