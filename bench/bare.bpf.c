@@ -16,8 +16,8 @@ int bare_enter(struct pt_regs *ctx)
 }
 
 /* The same count through the other ways gpuscope attaches (kernels_overhead --floor-attach):
- * one uprobe_multi link, or a uprobe session whose entry declines the return. Not loaded
- * unless asked for, so that a kernel without them still loads the rest. */
+ * one uprobe_multi link, or a uprobe session whose entry declines the return. They load as plain
+ * uprobe programs unless a bench prepares them so, which a kernel without them still takes. */
 SEC("uprobe")
 int bare_multi(struct pt_regs *ctx)
 {

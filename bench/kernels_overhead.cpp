@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
   app.add_option("--floor-attach", floor_attach, "How the bare entry probes attach: perf, multi or session")
       ->check(CLI::IsMember({"perf", "multi", "session"}));
   CLI11_PARSE(app, argc, argv);
+  if (floor_attach != "perf" && layer == "both") {
+    fprintf(stderr, "kernels_overhead: --floor-attach %s takes entry probes only, not --count-layer both\n",
+            floor_attach.c_str());
+    return 2;
+  }
   if (!hold && (gpuscope.empty() || workload.empty())) {
     fprintf(stderr, "kernels_overhead: --gpuscope and --workload are required (or --hold)\n");
     return 2;
@@ -68,7 +73,12 @@ int main(int argc, char** argv) {
   if (!bare) throw std::runtime_error("cannot open the bare programs");
   if (floor_attach == "multi") prepare_uprobe_multi(bare->progs.bare_multi);
   if (floor_attach == "session") prepare_uprobe_session(bare->progs.bare_session);
-  if (kernels_bare_bpf__load(bare)) throw std::runtime_error("cannot load the bare programs");
+  if (kernels_bare_bpf__load(bare)) {
+    fprintf(stderr, "kernels_overhead: cannot load the bare programs for --floor-attach %s%s\n", floor_attach.c_str(),
+            floor_attach == "perf" ? "" : " (uprobe_multi needs kernel 6.6+, sessions 6.12+)");
+    kernels_bare_bpf__destroy(bare);
+    return 2;
+  }
   struct Site {
     std::string path;
     uint64_t off;
@@ -91,7 +101,6 @@ int main(int argc, char** argv) {
     if (floor_attach != "perf") {
       std::map<std::string, UprobeMultiTarget> by_file;
       for (auto& s : sites) {
-        if (s.exit) throw std::runtime_error("--floor-attach " + floor_attach + " takes entry probes only");
         auto& t = by_file[s.path];
         t.path = s.path;
         t.offsets.push_back(s.off);

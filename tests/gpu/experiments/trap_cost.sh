@@ -17,6 +17,7 @@ loops() {
   done | sort -n | tr '\n' ' '
 }
 agent() { "$G" agent --lib "$LIB" --listen 127.0.0.1:9477 "$@" >/dev/null 2>&1 & }
+[[ -x $G && -x $FLOOR && -f $LIB ]] || { echo "trap_cost.sh: needs GPUSCOPE_BIN, KERNELS_OVERHEAD_BIN and STANDIN_DIR/lib/libcuda.so.1" >&2; exit 2; }
 for ((r = 1; r <= ROUNDS; r++)); do
   for arm in none perf multi session kernels agent:kernels agent:kernels,latency agent; do
     case $arm in
@@ -27,6 +28,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
       agent) agent; pid=$! ;;
     esac
     [[ -n $pid ]] && sleep 5
+    # An arm whose tool exited (a port taken, probes refused) would time the bare loop.
+    [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null || { echo "trap_cost.sh: $arm did not stay up" >&2; exit 1; }
     echo "round $r $arm: $(loops)"
     [[ -n $pid ]] && kill -INT "$pid" && wait "$pid"
   done
