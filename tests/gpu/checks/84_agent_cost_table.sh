@@ -8,6 +8,8 @@
 #    it was before (every call row, entry and return probes); the agent with its default
 #    collectors. The workload runs on CPU 2 and gpuscope on CPUs 4-15 (where the host has 16).
 #    Goals (issue 23): latency alone <= 1.05x, the default agent <= 1.07x.
+#    A host whose CPU ran more than 10 % off its usual speed in over 15 % of the rounds (by the
+#    calibration below) gets no step-time verdict: SKIP with the ratios, or FAIL if memory fails.
 #    GS84_WARM=1 (default): the loop keeps stepping, unmeasured, between its rounds (while each
 #    gpuscope starts and settles), so that no round begins on a CPU and GPU idle for seconds.
 #    steps.txt has each arm's median, its per-round medians, and the median of its ratios to the
@@ -202,6 +204,15 @@ if "off" in cal:
                   m, step_times.median(v) / ko, len(v), len(rounds[m])) for m, v in kept.items() if v)))
 lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan")) / off
 ok = lat <= 1.05 and ag <= 1.07
+# A host whose CPU ran at another speed in many rounds (some switch between two for seconds at a
+# time) moves every arm's medians by more than the goals' margins: no verdict from it (exit 3).
+all_cal = [c for rv in cal.values() for _, _, c in rv]
+usual = step_times.median(all_cal) if all_cal else 0.0
+odd = sum(1 for c in all_cal if abs(c - usual) > 0.1 * usual)
+if all_cal and odd > 0.15 * len(all_cal):
+    print("goals: not judged: the CPU ran more than 10 %% from its usual speed (calibration %.3f ms) in %d "
+          "of %d rounds; latency %.3fx, agent %.3fx are recorded, not a verdict" % (usual, odd, len(all_cal), lat, ag))
+    sys.exit(3)
 print("goals: latency %.3fx (<= 1.05) %s, agent %.3fx (<= 1.07) %s" % (
     lat, "met" if lat <= 1.05 else "NOT met", ag, "met" if ag <= 1.07 else "NOT met"))
 sys.exit(0 if ok else 1)
@@ -267,6 +278,7 @@ fi
 # 2. Memory beside a running loop: the three at once, each -p on it (GS84_MEMORY=0: not).
 if [[ ${GS84_MEMORY:-1} == 0 ]]; then
   [[ $r1 == 0 ]] && pass "$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt")"
+  [[ $r1 == 3 ]] && skip "$(tail -n1 "$OUT/steps.txt")"
   fail "$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt")"
 fi
 # where_memory NAME PID: RssAnon/RssFile, the heap, the BPF maps mapped and the largest mappings.
@@ -322,4 +334,5 @@ awk '{split($2, a, "="); split($3, b, "="); if (a[2] > 50 * 1024 || b[2] > 80 * 
   "$OUT/memory.txt" || r2=$?
 summary="$(head -n1 "$OUT/steps.txt"); $(tail -n1 "$OUT/steps.txt"); memory: $(tr '\n' ' ' <"$OUT/memory.txt")"
 [[ $r1 == 0 && $r2 == 0 ]] && pass "$summary"
+[[ $r1 == 3 && $r2 == 0 ]] && skip "$summary"
 fail "$summary"
