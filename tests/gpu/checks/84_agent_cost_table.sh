@@ -187,6 +187,9 @@ print("  median of round medians, ratio to off: " + ", ".join("%s %.3fx" % (m, v
 print("  p25 of blocks (least disturbed), ratio to off: " + ", ".join(
     "%s %.3fx" % (m, q(v, .25) / q(by["off"], .25)) for m, v in by.items()))
 cal = step_times.calibrated(sys.argv[1], sys.argv[2])
+# The host's usual CPU speed: the median round's calibration.
+all_cal = [c for rv in cal.values() for _, _, c in rv]
+usual = step_times.median(all_cal) if all_cal else 0.0
 if "off" in cal:
     cm = {m: step_times.median([v for _, v, _ in rv]) for m, rv in cal.items()}
     print("calibrated (each block's step time over its CPU calibration), median of round medians, ratio to off: " +
@@ -195,7 +198,6 @@ if "off" in cal:
         print("  %-15s calibration ms by round: %s" % (m, " ".join("%.3f" % c for _, _, c in sorted(rv))))
     # Rounds the CPU ran at its usual speed: a round whose calibration is 10 % above the median
     # round's ran on a slower CPU (the host's other speed), whatever the arm.
-    usual = step_times.median([c for rv in cal.values() for _, _, c in rv])
     kept = {m: [v for r, v in rounds[m] if any(cr == r and c <= 1.1 * usual for cr, _, c in cal[m])] for m in cal}
     if kept.get("off"):
         ko = step_times.median(kept["off"])
@@ -206,8 +208,6 @@ lat, ag = med.get("latency", float("nan")) / off, med.get("agent", float("nan"))
 ok = lat <= 1.05 and ag <= 1.07
 # A host whose CPU ran at another speed in many rounds (some switch between two for seconds at a
 # time) moves every arm's medians by more than the goals' margins: no verdict from it (exit 3).
-all_cal = [c for rv in cal.values() for _, _, c in rv]
-usual = step_times.median(all_cal) if all_cal else 0.0
 odd = sum(1 for c in all_cal if abs(c - usual) > 0.1 * usual)
 if all_cal and odd > 0.15 * len(all_cal):
     print("goals: not judged: the CPU ran more than 10 %% from its usual speed (calibration %.3f ms) in %d "

@@ -19,6 +19,8 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 D=$(mktemp -d)
 PIN=/sys/fs/bpf/gs-switch-cost-$$
 cleanup() {
+  exec 3>&-
+  [[ -n ${P:-} ]] && kill "$P" 2>/dev/null
   [[ -n ${A:-} ]] && kill -INT "$A" 2>/dev/null
   [[ -n ${B:-} ]] && kill -INT "$B" 2>/dev/null
   wait 2>/dev/null
@@ -31,7 +33,7 @@ arm() { # MODE UTIL
   B=
   mkfifo "$D/go"
   PINGPONG_WAIT=1 "$D/pingpong" 50000 7 <"$D/go" >"$D/pp.out" &
-  local P=$!
+  P=$!
   exec 3>"$D/go"
   for _ in $(seq 50); do grep -q ready "$D/pp.out" && break; sleep 0.1; done
   printf 'device 0 util %s memutil 10 mem_total 85899345920 mem_free 42949672960 mem_used 42949672960\nprocess 0 %s 1073741824\n' \
@@ -44,27 +46,29 @@ arm() { # MODE UTIL
     "$G" agent --bridge-pin-dir "$PIN" --collectors "$1" --listen 127.0.0.1:0 --starvation-min-idle-ms 300 >"$D/agent.out" 2>&1 &
     A=$!
     sleep 3
-    kill -0 "$A" 2>/dev/null || { echo "agent did not stay up: $(tail -c 300 "$D/agent.out")"; exit 1; }
+    kill -0 "$A" 2>/dev/null || {
+      echo "switch_cost.sh: the agent did not stay up: $(tail -c 300 "$D/agent.out")" >&2
+      exit 1
+    }
   fi
   echo go >&3
   wait "$P"
+  P=
   exec 3>&-
   rm -f "$D/go"
   echo "$1 util=$2 $(tail -n1 "$D/pp.out")"
-  if [[ -n $A ]]; then
-    kill -INT "$A"
-    wait "$A"
-  fi
-  if [[ -n $B ]]; then
-    kill -INT "$B"
-    wait "$B"
-  fi
+  [[ -n $A ]] && kill -INT "$A" && wait "$A"
+  [[ -n $B ]] && kill -INT "$B" && wait "$B"
+  A=
+  B=
   rm -rf "$PIN"
 }
 for ((r = 0; r < ROUNDS; r++)); do
   for m in "none 0" "starvation 0" "starvation 60" "kernels 60"; do
+    # In this shell, not a pipeline's: a failed arm's exit then runs cleanup with its pids.
     # shellcheck disable=SC2086
-    arm $m 2>&1 | grep -E 'util=|did not' | tee -a "$D/runs.txt"
+    arm $m >>"$D/runs.txt"
+    tail -n1 "$D/runs.txt"
   done
 done
 echo "medians of the runs' medians, ns per round trip (two switches):"

@@ -20,6 +20,7 @@ echo "thp defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null |
 D=$(mktemp -d)
 TORCH_STEPS_WARM=1 python3 -u -B "$HERE/workloads/torch_steps.py" "$D/go" 1 100 >"$D/steps.out" 2>"$D/steps.err" &
 W=$!
+trap 'kill -INT ${F:-} ${A:-} 2>/dev/null; kill $W 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
 for _ in $(seq 240); do grep -q READY "$D/steps.out" && break; sleep 0.5; done
 grep -q READY "$D/steps.out" || {
   echo "torch_steps not READY: $(tail -c 300 "$D/steps.err")"
@@ -53,6 +54,10 @@ pages none
 "$FLOOR" --hold --floor-attach perf --lib "$LIBCUDA" >"$D/floor.out" 2>&1 &
 F=$!
 for _ in $(seq 120); do grep -q 'floor attached' "$D/floor.out" && break; sleep 0.5; done
+grep -q 'floor attached' "$D/floor.out" || {
+  echo "the floor did not attach: $(tail -c 300 "$D/floor.out")"
+  exit 1
+}
 sleep 2
 pages floor
 kill -INT $F
@@ -62,12 +67,13 @@ pages after
 "$G" agent -p "$W" --listen 127.0.0.1:0 --json >"$D/agent.out" 2>"$D/agent.err" &
 A=$!
 sleep 8
+kill -0 "$A" 2>/dev/null || {
+  echo "the agent did not stay up: $(tail -c 300 "$D/agent.err")"
+  exit 1
+}
 pages agent
 echo "agent: $(head -c 400 "$D/agent.out")"
 kill -INT $A
 wait $A 2>/dev/null
 sleep 1
 pages after
-kill $W 2>/dev/null
-wait $W 2>/dev/null
-rm -rf "$D"
