@@ -31,6 +31,10 @@ __u64 last_active_ns[GPU_MAX_DEVICES];
 __u64 seen_update_ns;
 /* Written by userspace: which tgids the bridge lists (a prefilter; gpu_per_pid decides). */
 __u64 gpu_tgid_bits[GS_S_TGID_WORDS];
+/* Written by userspace: 1 while the sched_switch hook is attached (always, or while a GPU of a
+ * listed process nears min_idle_ns idle). While 0 the samplers only fold ticks into the latch:
+ * with no switch hook to end a slice, one a sampler opened could span time off the CPU. */
+__u32 slices_on = 1;
 
 /* Our own state. */
 GS_PERCPU_VALUE(cpu_state, struct gs_s_cpu);
@@ -269,6 +273,8 @@ int gs_s_sample(struct bpf_perf_event_data *ctx)
 	if (!m || !c || !tid)
 		return 0;
 	count(GS_S_CNT_SAMPLES);
+	if (!slices_on)
+		return 0;
 	if (c->tid != tid) {
 		/* Running since before we attached, and not switched since: count from now. */
 		if (!gpu_of(c, m, t->tgid, &now))

@@ -63,6 +63,9 @@ class Starvation {
   void attach_samplers();
   void watch_bridge();
   void refresh_tgids();
+  bool gateable() const;
+  void gate();
+  void set_hooked(bool on);
   void say(const BridgeView& v);
   // One thread's time since the last report.
   struct Delta {
@@ -89,6 +92,11 @@ class Starvation {
   std::unique_ptr<starvation_bpf, SkelDeleter> skel_;
   std::vector<Link> links_;
   std::vector<Link> samplers_;  // the cpu-clock samplers, reattached when the rate changes
+  Link switch_;                 // the sched_switch hook, while hooked_
+  bool hooked_ = false;
+  uint64_t hook_attaches_ = 0;
+  uint32_t devices_ = 0;    // bit d: a listed process holds memory on device d
+  uint64_t poll_ms_ = 100;  // the bridge's poll interval, as its meta says
   BridgeReader reader_;
   BridgePins pins_;
   BridgeState state_ = BridgeState::None;
@@ -117,7 +125,7 @@ class Starvation {
   ProcessNames names_;
   StarvationReport pending_;  // collected before a reload, handed out by the next collect
   using clock = std::chrono::steady_clock;
-  clock::time_point next_watch_, next_tgids_, next_py_recheck_;
+  clock::time_point next_watch_, next_tgids_, next_py_recheck_, hooked_at_;
 };
 
 void Starvation::note(const char* f, ...) {
@@ -191,9 +199,14 @@ void Starvation::load(BridgePins pins) {
         [this](const std::string& line) { note("%s", line.c_str()); });
   }
   refresh_tgids();
+  // Attached at load, so that a kernel without it is refused at once; gate() may take it off.
   bpf_link* l = bpf_program__attach(skel_->progs.gs_s_switch);
   if (!l) throw UsageError(std::string("cannot attach tp_btf/sched_switch: ") + strerror(errno));
-  links_.emplace_back(l);
+  switch_ = Link(l);
+  hooked_ = true;
+  hook_attaches_++;
+  hooked_at_ = clock::now();
+  skel_->data->slices_on = 1;
   attach_samplers();
   if (py_) {
     if (bpf_link* pl = bpf_program__attach(skel_->progs.gs_py_exec))
@@ -213,6 +226,8 @@ void Starvation::load(BridgePins pins) {
 
 void Starvation::unload() {
   samplers_.clear();
+  switch_.reset();
+  hooked_ = false;
   links_.clear();
   py_.reset();
   skel_.reset();
@@ -274,8 +289,24 @@ void Starvation::set_sample_hz(unsigned hz) {
 // once a poll, and this runs as often.
 void Starvation::refresh_tgids() {
   std::vector<uint64_t> bits(GS_S_TGID_WORDS);
-  for (uint32_t key : BridgeReader::pids(bpf_map__fd(skel_->maps.gpu_per_pid))) {
+  int per_pid = bpf_map__fd(skel_->maps.gpu_per_pid), per_dev = bpf_map__fd(skel_->maps.gpu_per_pid_per_device);
+  uint32_t devices = 0;
+  for (uint32_t key : BridgeReader::pids(per_pid)) {
     bits[(key / 64) % GS_S_TGID_WORDS] |= 1ull << (key % 64);
+    // The devices whose idleness can make a listed process starve, as gpu_of() in BPF picks them.
+    gpu_pid p{};
+    if (bpf_map_lookup_elem(per_pid, &key, &p) == 0 && p.used_gpu_memory_total_bytes >= o_.min_gpu_mem_bytes) {
+      if (p.gpu_device_primary != GPU_DEVICE_SEVERAL) {
+        if (p.gpu_device_primary < GPU_MAX_DEVICES) devices |= 1u << p.gpu_device_primary;
+      } else {
+        for (uint32_t dev = 0; dev < GPU_MAX_DEVICES; dev++) {
+          uint64_t k = (uint64_t{key} << 32) | dev;
+          gpu_pid_device pd{};
+          if (bpf_map_lookup_elem(per_dev, &k, &pd) == 0 && pd.used_gpu_memory_bytes >= o_.min_gpu_mem_bytes)
+            devices |= 1u << dev;
+        }
+      }
+    }
     // The walk needs the interpreter's layout before the process's samples come.
     if (py_ && (py_seen_.insert(key).second || py_recheck_) && o_.scope.wants(key, proc_comm(static_cast<pid_t>(key))))
       py_->track(static_cast<pid_t>(key));
@@ -283,6 +314,58 @@ void Starvation::refresh_tgids() {
   volatile __u64* live = skel_->bss->gpu_tgid_bits;
   for (size_t i = 0; i < bits.size(); i++)
     if (live[i] != bits[i]) live[i] = bits[i];
+  devices_ = devices;
+}
+
+// The sched_switch hook runs at every context switch on the host, yet counts nothing while each
+// listed process has a GPU busy: it is attached only while one of their GPUs has been idle
+// min_idle / 2, and taken off once all have been busy within min_idle / 4. Where the samplers
+// fold the bridge's ticks into the latch (they run throughout) and that lead covers a bridge poll,
+// two ticks of this and a sample period, a thread already running when the hook comes is picked
+// up by a sample before any of its time can count: the counts are those of a hook kept on.
+bool Starvation::gateable() const {
+  uint64_t lead_ns = o_.min_idle_ms * 1000000ull / 2;
+  return !samplers_.empty() && lead_ns >= poll_ms_ * 1000000ull + 100000000ull + period_ns_;
+}
+
+void Starvation::gate() {
+  bool on = hooked_;
+  if (!gateable()) {
+    on = true;
+  } else if (state_ != BridgeState::Fresh) {
+    on = false;  // no verdicts on stale data: the hook would count nothing
+  } else {
+    uint64_t now = boottime_ns(), idle = 0, min_idle = o_.min_idle_ms * 1000000ull;
+    const volatile __u64* latch = skel_->bss->last_active_ns;
+    for (uint32_t d = 0; d < GPU_MAX_DEVICES; d++)
+      if (devices_ & (1u << d) && now > latch[d]) idle = std::max<uint64_t>(idle, now - latch[d]);
+    if (idle >= min_idle / 2)
+      on = true;
+    else if (idle < min_idle / 4 && clock::now() - hooked_at_ >= std::chrono::seconds(1))
+      on = false;
+  }
+  if (on != hooked_) set_hooked(on);
+}
+
+void Starvation::set_hooked(bool on) {
+  if (!on) {
+    skel_->data->slices_on = 0;  // the samplers first: they open no slice the hook would not end
+    switch_.reset();
+  } else {
+    // Slices left open when the hook went have stale starts: every CPU's state starts again.
+    int ncpu = libbpf_num_possible_cpus();
+    std::vector<gs_s_cpu> zero(static_cast<size_t>(std::max(ncpu, 1)));
+    uint32_t key = 0;
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.cpu_state), &key, zero.data(), BPF_ANY))
+      throw std::runtime_error(std::string("cannot reset the per-CPU slice state: ") + strerror(errno));
+    bpf_link* l = bpf_program__attach(skel_->progs.gs_s_switch);
+    if (!l) throw std::runtime_error(std::string("cannot attach tp_btf/sched_switch again: ") + strerror(errno));
+    switch_ = Link(l);
+    skel_->data->slices_on = 1;
+    hook_attaches_++;
+  }
+  hooked_ = on;
+  hooked_at_ = clock::now();
 }
 
 void Starvation::say(const BridgeView& v) {
@@ -319,6 +402,7 @@ void Starvation::watch_bridge() {
     note("bridge maps under %s changed; reattached\n", dir_.c_str());
     load(std::move(now));
     state_ = v.state;
+    poll_ms_ = v.meta.poll_interval_ms ? v.meta.poll_interval_ms : 100;
     say(v);
     return;
   }
@@ -333,6 +417,7 @@ void Starvation::watch_bridge() {
   else
     say(v);
   state_ = v.state;
+  poll_ms_ = v.meta.poll_interval_ms ? v.meta.poll_interval_ms : 100;
 }
 
 const std::vector<std::string>& Starvation::ustack(uint32_t pid, int id, uint64_t py_hash) {
@@ -510,6 +595,7 @@ void Starvation::start() {
   if (v.state == BridgeState::Fresh) check_poll_interval(v.meta);
   load(std::move(pins));
   state_ = v.state;
+  poll_ms_ = v.meta.poll_interval_ms ? v.meta.poll_interval_ms : 100;
   say(v);
   auto now = clock::now();
   next_watch_ = now + std::chrono::milliseconds(250);
@@ -541,6 +627,7 @@ void Starvation::tick() {
     watch_bridge();
     next_watch_ = now + std::chrono::milliseconds(250);
   }
+  if (skel_) gate();
 }
 
 StarvationReport Starvation::collect() {
@@ -564,6 +651,8 @@ StarvationStats Starvation::stats() const {
   st.lost_stacks = percpu_sum(fd, GS_S_CNT_STACK_ERR);
   st.samples = percpu_sum(fd, GS_S_CNT_SAMPLES);
   st.latch_ticks = percpu_sum(fd, GS_S_CNT_LATCH_TICKS);
+  st.switch_hooked = hooked_;
+  st.switch_attaches = hook_attaches_;
   if (py_) {
     st.py = true;
     st.py_drops = py_->drops_text();

@@ -120,6 +120,9 @@ void report_stats(const StarvationStats& st, bool verbose) {
   if (verbose)
     fprintf(stderr, "gpuscope: %llu cpu-clock samples, %llu bridge ticks folded into the latch\n",
             (unsigned long long)st.samples, (unsigned long long)st.latch_ticks);
+  if (verbose)
+    fprintf(stderr, "gpuscope: sched_switch hook attached %llu times (on only while a GPU nears idle), %s at exit\n",
+            (unsigned long long)st.switch_attaches, st.switch_hooked ? "on" : "off");
   if (st.lost_threads || st.lost_samples || st.lost_stacks || !st.py_drops.empty())
     fprintf(stderr, "gpuscope: not kept: %llu thread slices (thread map full), %llu samples, %llu stacks%s\n",
             (unsigned long long)st.lost_threads, (unsigned long long)st.lost_samples,

@@ -36,6 +36,8 @@ struct StarvationReport {
 struct StarvationStats {
   uint64_t lost_threads = 0, lost_samples = 0, lost_stacks = 0;
   uint64_t samples = 0, latch_ticks = 0;
+  bool switch_hooked = false;    // the sched_switch hook is on now
+  uint64_t switch_attaches = 0;  // times it was attached, the one at load included
   uint64_t py_walks = 0, py_no_tstate = 0;
   bool py = false;
   std::string py_drops;  // "" or ", ..." as the subcommand's drop line ends

@@ -1315,6 +1315,84 @@ TEST(Agent, StarvationWithTheBridgeInside) {
   EXPECT_EQ(d.entries(), 4);
 }
 
+// Starvation's sched_switch hook is on only while a listed process's GPU nears idle (the default
+// 1 s): off while it is busy, on within half of that once it idles, and the burning thread's
+// starving time is then what a hook kept on counts (from 1 s after the GPU's last busy tick, at
+// the scheduler's rate); off again once the GPU is busy.
+TEST(Agent, StarvationHooksContextSwitchesOnlyNearIdle) {
+  PinDir d;
+  StandinFile f;
+  Process fx({STARV_FIXTURE, "burn"});
+  ASSERT_TRUE(fx.wait_for("ready pid=", 10)) << fx.err();
+  auto num = [&](const std::string& key) {
+    auto at = fx.out().find(" " + key + "=");
+    return at == std::string::npos ? -1 : std::stoi(fx.out().substr(at + key.size() + 2));
+  };
+  int pid = num("pid"), burner = num("burner");
+  ASSERT_GT(burner, 0) << fx.out();
+  auto standin = [&](int util) {
+    f.write(fmt::format("device 0 util {} mem_total 85899345920 mem_used 1048576\nprocess 0 {} 1048576\n", util, pid));
+  };
+  standin(100);
+  Process g({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-p", std::to_string(pid), "--collectors",
+             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--interval", "0.1"},
+            {f.env()});
+  ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
+  int port = parse_lines(g.out()).at(0).at("port").get<int>();
+  std::map<std::string, std::string> me = {{"pid", std::to_string(pid)}, {"tid", std::to_string(burner)}};
+  auto scrape = [&] { return http_get(port, "/metrics").body; };
+  auto hook_becomes = [&](double want, double within_s) {
+    std::string m;
+    for (double t = 0; t < within_s; t += 0.05, sleep_s(0.05)) {
+      m = scrape();
+      if (value_of(m, "gpuscope_starvation_switch_hook", {}) == want) return m;
+    }
+    ADD_FAILURE() << "hook not " << want << " within " << within_s << " s: " << m << g.err();
+    return m;
+  };
+
+  // Busy: attached at start (to refuse a kernel without it), off within a second and a half.
+  std::string m = hook_becomes(0, 3);
+  EXPECT_EQ(value_of(m, "gpuscope_starvation_switch_hook_attaches_total", {}), 1) << m;
+  sleep_s(1.5);
+  m = scrape();
+  EXPECT_EQ(value_of(m, "gpuscope_starvation_switch_hook", {}), 0) << m;
+  EXPECT_TRUE(where(samples(m, "gpuscope_starvation_cpu_seconds_total"), me).empty()) << m;
+
+  // Idle: on before the GPU has been idle the 1 s the verdict needs.
+  auto idle_from = std::chrono::steady_clock::now();
+  uint64_t s_idle = schedstat_ns(pid, burner);
+  standin(0);
+  m = hook_becomes(1, 1.0);
+  double on_after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - idle_from).count();
+  EXPECT_LT(on_after_s, 1.0);
+  EXPECT_EQ(value_of(m, "gpuscope_starvation_switch_hook_attaches_total", {}), 2) << m;
+  EXPECT_TRUE(where(samples(m, "gpuscope_starvation_cpu_seconds_total"), me).empty()) << "not idle 1 s yet: " << m;
+
+  // Counted from 1 s after the last busy tick (at most a poll before the idle one): the burner's
+  // CPU time since the GPU idled less at most the first second's, nothing lost to the hook's
+  // late start; then at the scheduler's rate.
+  sleep_s(2.5);
+  uint64_t s0 = schedstat_ns(pid, burner);
+  double v0 = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
+  double cpu_since_idle = (s0 - s_idle) / 1e9;
+  EXPECT_GT(v0, cpu_since_idle - 1.0 - 0.15) << cpu_since_idle;
+  EXPECT_LT(v0, cpu_since_idle - 0.5) << cpu_since_idle;
+  sleep_s(2);
+  uint64_t s1 = schedstat_ns(pid, burner);
+  double v1 = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
+  EXPECT_NEAR((v1 - v0) / ((s1 - s0) / 1e9), 1.0, 0.15) << v0 << " " << v1;
+
+  // Busy again: nothing more counted, and the hook goes.
+  standin(100);
+  m = hook_becomes(0, 3);
+  double busy0 = value_of(m, "gpuscope_starvation_cpu_seconds_total", me);
+  sleep_s(1);
+  EXPECT_EQ(value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me), busy0);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+}
+
 // By default the latency collector leaves out what a framework calls around every operation
 // (cudaGetDevice) and the runtime's launches (timed on the driver layer, where each arrives):
 // those APIs are not even probed. --latency-apis puts them back, every call timed.

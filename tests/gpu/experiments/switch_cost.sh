@@ -4,8 +4,9 @@
 # build machine: workloads/pingpong.c (two threads on CPU 0, two switches a round trip) is
 # listed as a GPU process holding 1 GiB by a bridge on the stand-in NVML
 # (build/tests/fixtures/nvml/lib/libnvidia-ml.so.1), and timed with no gpuscope, under the agent
-# with starvation alone while its GPU is idle (its threads counted as starving) and busy (60 %:
-# nothing to count), and under the agent with kernels alone (hooks elsewhere). Arms interleaved,
+# with starvation alone (default --starvation-min-idle-ms 1000) while its GPU is idle (its threads
+# counted as starving) and busy (60 %: nothing to count, the hook is off), and under the agent with
+# kernels alone (hooks elsewhere). Arms interleaved,
 # ROUNDS each (default 4); prints every run and each arm's median.
 set -uo pipefail
 G=$1
@@ -43,7 +44,7 @@ arm() { # MODE UTIL
     NVML_STANDIN_FILE=$D/nvml.txt "$G" bridge --nvml "$NVML" --pin-dir "$PIN" >"$D/bridge.out" 2>&1 &
     B=$!
     sleep 1.5
-    "$G" agent --bridge-pin-dir "$PIN" --collectors "$1" --listen 127.0.0.1:0 --starvation-min-idle-ms 300 >"$D/agent.out" 2>&1 &
+    "$G" agent --bridge-pin-dir "$PIN" --collectors "$1" --listen 127.0.0.1:0 >"$D/agent.out" 2>&1 &
     A=$!
     sleep 3
     kill -0 "$A" 2>/dev/null || {

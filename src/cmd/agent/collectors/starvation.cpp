@@ -100,6 +100,13 @@ class StarvationAgent final : public AgentCollector {
     }
     for (auto& [k, ns] : comm)
       m.add("gpuscope_comm_starvation_cpu_seconds_total", comm_labels(k), static_cast<double>(ns) / 1e9);
+    auto st = collector_->stats();
+    m.family("gpuscope_starvation_switch_hook", T::gauge,
+             "1 while the sched_switch hook is attached: only while a GPU of a process the bridge lists nears idle");
+    m.add("gpuscope_starvation_switch_hook", {}, st.switch_hooked ? 1 : 0);
+    m.family("gpuscope_starvation_switch_hook_attaches_total", T::counter,
+             "Times the sched_switch hook was attached, the one at start included");
+    m.add("gpuscope_starvation_switch_hook_attaches_total", {}, static_cast<double>(st.switch_attaches));
   }
 
   void process_json(const ProcEntry& e, JsonLine& j) const override {
