@@ -20,7 +20,7 @@ for mode in starve busy; do
   wait_for "$OUT/$mode.workload" '^READY ' 90 "$WL" || fail "workload ($mode) not READY: $(tail -c 400 "$OUT/$mode.workload")"
   extra=()
   [[ $mode == starve ]] && extra=(--folded "$OUT/$mode.folded" --svg "$OUT/$mode.svg")
-  "$GPUSCOPE" starvation --json --pin-dir "$PIN" -p "$WL" --collect-ustack -d 10 "${extra[@]}" \
+  "$GPUSCOPE" starvation --json -v --pin-dir "$PIN" -p "$WL" --collect-ustack -d 10 "${extra[@]}" \
     >"$OUT/$mode.jsonl" 2>"$OUT/$mode.err" || true
   wait_exit "$WL" 60
   r=0
@@ -55,8 +55,10 @@ print(f"starve: {len(mine)} rows for tid {ready['tid']} (thread preprocess), cpu
 ok = ok and ustack_named and lead is not None and "preprocess_burn" in lead
 sys.exit(0 if ok else 1)
 PY
+  # The sched_switch hook: off while the GPU is busy, attached again for an idle spell.
+  echo "$mode: $(grep -o 'sched_switch hook attached [0-9]* times.*' "$OUT/$mode.err" || echo 'no hook line')" >>"$OUT/$mode.result"
   cat "$OUT/$mode.result" >&2
-  results+=("$(cat "$OUT/$mode.result")")
+  results+=("$(tr '\n' ' ' <"$OUT/$mode.result")")
   [[ $r == 0 ]] || { stop "$BR"; fail "${results[*]} | $(tail -c 300 "$OUT/$mode.err" | tr '\n' ' ')"; }
 done
 # The shortest stall detected: stalls of decreasing length, --min-idle-ms at its floor
