@@ -95,8 +95,9 @@ class Starvation {
   Link switch_;                 // the sched_switch hook, while hooked_
   bool hooked_ = false;
   uint64_t hook_attaches_ = 0;
-  uint32_t devices_ = 0;    // bit d: a listed process holds memory on device d
-  uint64_t poll_ms_ = 100;  // the bridge's poll interval, as its meta says
+  uint32_t devices_ = 0;        // bit d: a listed process holds memory on device d
+  uint64_t poll_ms_ = 100;      // the bridge's poll interval, as its meta says
+  uint64_t bridge_age_ms_ = 0;  // at the last look
   BridgeReader reader_;
   BridgePins pins_;
   BridgeState state_ = BridgeState::None;
@@ -332,8 +333,8 @@ void Starvation::gate() {
   bool on = hooked_;
   if (!gateable()) {
     on = true;
-  } else if (state_ != BridgeState::Fresh) {
-    on = false;  // no verdicts on stale data: the hook would count nothing
+  } else if (state_ == BridgeState::None || (state_ == BridgeState::Stale && bridge_age_ms_ > 2000)) {
+    on = false;  // no bridge: the hook would count nothing (a late tick or two changes nothing)
   } else {
     uint64_t now = boottime_ns(), idle = 0, min_idle = o_.min_idle_ms * 1000000ull;
     const volatile __u64* latch = skel_->bss->last_active_ns;
@@ -407,6 +408,7 @@ void Starvation::watch_bridge() {
     return;
   }
   BridgeView v = BridgeReader::view(pins_, o_.stale_threshold_ms);
+  bridge_age_ms_ = v.age_ms;
   if (v.state == state_) return;
   if (v.state == BridgeState::Fresh) check_poll_interval(v.meta);
   if (v.state == BridgeState::Stale && state_ == BridgeState::Fresh)

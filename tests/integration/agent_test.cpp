@@ -1335,18 +1335,33 @@ TEST(Agent, StarvationHooksContextSwitchesOnlyNearIdle) {
   };
   standin(100);
   Process g({gpuscope_bin(), "agent", "--json", "--listen", "127.0.0.1:0", "-p", std::to_string(pid), "--collectors",
-             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--interval", "0.1"},
+             "starvation,bridge", "--bridge-pin-dir", d.path, "--nvml", NVML_STANDIN, "--interval", "0.1",
+             "--max-cpu-percent", "0"},
             {f.env()});
   ASSERT_TRUE(g.wait_for("\"type\":\"agent\"", 30)) << g.err();
   int port = parse_lines(g.out()).at(0).at("port").get<int>();
   std::map<std::string, std::string> me = {{"pid", std::to_string(pid)}, {"tid", std::to_string(burner)}};
   auto scrape = [&] { return http_get(port, "/metrics").body; };
+  // The starving time as a refresh has just published it, and the scheduler's count read right
+  // after: a value published a while before the count would be older than it (a slow refresh).
+  auto starving_now = [&] {
+    double was = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
+    for (int i = 0; i < 300; i++) {
+      double v = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
+      if (v != was) return std::pair{v, schedstat_ns(pid, burner)};
+      sleep_s(0.01);
+    }
+    ADD_FAILURE() << "no new starving time in 3 s";
+    return std::pair{was, schedstat_ns(pid, burner)};
+  };
   auto hook_becomes = [&](double want, double within_s) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(within_s);
     std::string m;
-    for (double t = 0; t < within_s; t += 0.05, sleep_s(0.05)) {
+    do {
       m = scrape();
       if (value_of(m, "gpuscope_starvation_switch_hook", {}) == want) return m;
-    }
+      sleep_s(0.05);
+    } while (std::chrono::steady_clock::now() < until);
     ADD_FAILURE() << "hook not " << want << " within " << within_s << " s: " << m << g.err();
     return m;
   };
@@ -1373,15 +1388,16 @@ TEST(Agent, StarvationHooksContextSwitchesOnlyNearIdle) {
   // CPU time since the GPU idled less at most the first second's, nothing lost to the hook's
   // late start; then at the scheduler's rate.
   sleep_s(2.5);
-  uint64_t s0 = schedstat_ns(pid, burner);
-  double v0 = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
+  auto [v0, s0] = starving_now();
   double cpu_since_idle = (s0 - s_idle) / 1e9;
   EXPECT_GT(v0, cpu_since_idle - 1.0 - 0.15) << cpu_since_idle;
   EXPECT_LT(v0, cpu_since_idle - 0.5) << cpu_since_idle;
   sleep_s(2);
-  uint64_t s1 = schedstat_ns(pid, burner);
-  double v1 = value_of(scrape(), "gpuscope_starvation_cpu_seconds_total", me);
-  EXPECT_NEAR((v1 - v0) / ((s1 - s0) / 1e9), 1.0, 0.15) << v0 << " " << v1;
+  auto [v1, s1] = starving_now();
+  m = scrape();
+  EXPECT_NEAR((v1 - v0) / ((s1 - s0) / 1e9), 1.0, 0.15)
+      << v0 << " " << v1 << "; attached " << value_of(m, "gpuscope_starvation_switch_hook_attaches_total", {})
+      << " times; bridge age " << value_of(m, "gpuscope_bridge_update_age_seconds", {});
 
   // Busy again: nothing more counted, and the hook goes.
   standin(100);
