@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,11 +79,20 @@ ElfFile::ElfFile(const std::string& path) : path_(path) {
   swap_ = eh.e_ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
 
   size_t nph = 0;
-  elf_getphdrnum(elf.e, &nph);
+  if (elf_getphdrnum(elf.e, &nph) != 0) nph = 0;
+  // The count is the file's claim (past PN_XNUM, up to 2^32): no more headers than the file holds,
+  // and a table libelf cannot read ends the walk, so that a forged count does not spin.
+  struct stat fst {};
+  uint64_t phent = eh.e_phentsize ? eh.e_phentsize : 1;
+  if (fstat(fd_.get(), &fst) == 0)
+    nph = std::min<uint64_t>(nph, static_cast<uint64_t>(fst.st_size) > eh.e_phoff
+                                      ? (static_cast<uint64_t>(fst.st_size) - eh.e_phoff) / phent
+                                      : 0);
   bool first_load = true;
-  for (size_t i = 0; i < nph; i++) {
+  for (size_t i = 0; i < nph && i <= INT_MAX; i++) {
     GElf_Phdr ph;
-    if (!gelf_getphdr(elf.e, static_cast<int>(i), &ph) || ph.p_type != PT_LOAD) continue;
+    if (!gelf_getphdr(elf.e, static_cast<int>(i), &ph)) break;
+    if (ph.p_type != PT_LOAD) continue;
     if (first_load) first_load_vaddr_ = ph.p_vaddr & ~0xfffULL;
     first_load = false;
     if (ph.p_flags & PF_X) exec_loads_.push_back({ph.p_vaddr, ph.p_memsz, ph.p_offset});
