@@ -1,10 +1,15 @@
-# deploy/: the alert rules under promtool, the Kubernetes manifests against the API schemas
+# deploy/: the alert and recording rules under promtool, the Kubernetes manifests against the API schemas
 # (offline, tests/deploy/node_modules from scripts/deps.sh), the systemd unit under
 # systemd-analyze, and the agent's anomaly rules, governor and the metric names that dashboards
 # and rules use, against real scrapes (deploy_test).
 set(GS_DEPLOY ${PROJECT_SOURCE_DIR}/deploy)
-add_test(NAME deploy_rules_check COMMAND promtool check rules ${GS_DEPLOY}/prometheus/rules.yml)
-add_test(NAME deploy_rules_unit COMMAND promtool test rules rules_test.yml WORKING_DIRECTORY ${GS_DEPLOY}/prometheus)
+add_test(NAME deploy_rules_check COMMAND promtool check rules ${GS_DEPLOY}/prometheus/rules.yml
+  ${GS_DEPLOY}/prometheus/compat_rules.yml)
+add_test(NAME deploy_rules_unit COMMAND promtool test rules rules_test.yml compat_rules_test.yml
+  WORKING_DIRECTORY ${GS_DEPLOY}/prometheus)
+# deploy/ and docs/deploy.md agree (files, dashboards, runbook anchors); set-runbook-base.sh on a copy.
+add_test(NAME deploy_docs COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/deploy/deploy_docs.py ${PROJECT_SOURCE_DIR})
+add_test(NAME deploy_runbook_base COMMAND bash ${PROJECT_SOURCE_DIR}/tests/deploy/runbook_base.sh)
 add_test(NAME deploy_k8s_schema COMMAND node ${PROJECT_SOURCE_DIR}/tests/deploy/validate_k8s.js
   ${GS_DEPLOY}/k8s/daemonset.yaml ${GS_DEPLOY}/k8s/service.yaml ${GS_DEPLOY}/k8s/monitoring.yaml)
 add_test(NAME deploy_k8s_negative COMMAND bash ${PROJECT_SOURCE_DIR}/tests/deploy/k8s_negative.sh)
