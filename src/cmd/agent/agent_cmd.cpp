@@ -94,7 +94,7 @@ std::unique_ptr<Governor> make_governor(const AgentOptions& o, Agent& agent, Upr
     loop.set_min_wakeup_gap(defer ? 0.05 : 0);
   };
   return std::make_unique<Governor>(Governor::Config{o.max_cpu_percent, std::max(2.0, 4 * o.interval_s), 3}, steps,
-                                    on_change);
+                                    on_change, Governor::Sources{agent_cpu_source(), nullptr});
 }
 
 int run_agent(AgentCommand& a) {

@@ -24,8 +24,13 @@ class Governor {
     double window_s = 2;
     unsigned calm_windows = 3;  // windows under the bar before stepping back up
   };
+  // What a window measures; empty ones are the process's own CPU seconds and the monotonic clock.
+  struct Sources {
+    std::function<double()> cpu_s;  // CPU seconds used so far
+    std::function<double()> now_s;
+  };
   // on_change(level): called on the loop thread when the level changes (0 = everything on).
-  Governor(Config cfg, std::vector<Step> steps, std::function<void(unsigned)> on_change);
+  Governor(Config cfg, std::vector<Step> steps, std::function<void(unsigned)> on_change, Sources src = {});
 
   // Call from the loop thread at least once per window; measures and steps.
   void tick();
@@ -40,6 +45,7 @@ class Governor {
   Config cfg_;
   std::vector<Step> steps_;
   std::function<void(unsigned)> on_change_;
+  Sources src_;
   unsigned level_ = 0, calm_ = 0;
   unsigned calm_needed_;  // calm_windows; doubled while step ups are undone at once
   bool just_up_ = false;
@@ -50,5 +56,11 @@ class Governor {
 
 // CPU seconds the process has used (every thread, user and system).
 double self_cpu_seconds();
+
+// The agent's CPU source: self_cpu_seconds, or, for tests only, the number of seconds written in
+// the file that GPUSCOPE_TEST_GOVERNOR_CPU_FILE names, read at every window (the last good
+// reading while it cannot be read), so that a test steps the real agent's governor without
+// loading the machine. Throws UsageError when the file cannot be read at the start.
+std::function<double()> agent_cpu_source();
 
 }  // namespace gpuscope
