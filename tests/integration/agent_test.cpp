@@ -208,10 +208,8 @@ struct UngovernedAgent : Agent {
   }
 };
 
-std::string bpffs() { return run({"ls", "-R", "/sys/fs/bpf"}).out; }
-
 void expect_usage_error(const std::vector<std::string>& args, const std::string& needle) {
-  std::string before = bpffs();
+  BpfLeftovers left;
   std::vector<std::string> argv = {gpuscope_bin(), "agent", "-d", "2"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = run(argv, {}, 30);
@@ -219,7 +217,7 @@ void expect_usage_error(const std::vector<std::string>& args, const std::string&
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(bpffs(), before) << "nothing pinned";
+  EXPECT_EQ(left.list(), "") << "nothing pinned or left attached";
 }
 
 }  // namespace

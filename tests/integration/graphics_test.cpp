@@ -236,7 +236,7 @@ TEST(Graphics, HostWideSeesARendererStartedLater) {
 }
 
 TEST(Graphics, BadInputOneLineExitTwoNothingLeftBehind) {
-  const std::string before = bpf_state();
+  BpfLeftovers left;
   Process sleeper({"sleep", "30"});
   auto r = expect_usage_error("frames", {"-p", std::to_string(sleeper.pid()), "-d", "1"});
   EXPECT_NE(r.err.find("maps no graphics library"), std::string::npos) << r.err;
@@ -253,7 +253,7 @@ TEST(Graphics, BadInputOneLineExitTwoNothingLeftBehind) {
   EXPECT_EQ(none.out, "");
   sleeper.signal(SIGKILL);
   sleeper.wait(10);
-  EXPECT_EQ(bpf_state(), before);
+  EXPECT_EQ(left.list(), "");
 }
 
 namespace {

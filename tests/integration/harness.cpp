@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -160,13 +161,6 @@ pid_t ready_pid(Process& p) {
   return static_cast<pid_t>(std::stol(s.substr(s.find("ready pid=") + 10)));
 }
 
-static std::string bpf_state_once() {
-  auto a = run({"bpftool", "prog", "list"});
-  auto b = run({"bpftool", "link", "list"});
-  auto c = run({"ls", "-R", "/sys/fs/bpf"});
-  return a.out + "\n--\n" + b.out + "\n--\n" + c.out;
-}
-
 std::string settled(const std::function<std::string()>& read) {
   std::string a = read(), b;
   for (int i = 0; i < 30; i++) {
@@ -178,8 +172,136 @@ std::string settled(const std::function<std::string()>& read) {
   return a;
 }
 
-// The kernel frees programs of exited processes after an RCU grace period.
-std::string bpf_state() { return settled(bpf_state_once); }
+namespace {
+
+enum class Kind { prog, map, link };
+using Ids = std::map<Kind, std::set<uint32_t>>;
+
+uint32_t highest_id(int (*next)(uint32_t, uint32_t*)) {
+  uint32_t id = 0, n = 0;
+  while (next(id, &n) == 0) id = n;
+  return id;
+}
+
+// The ids an fd's fdinfo names: a link's names its program too, which it holds.
+void fdinfo_ids(const std::string& path, Ids& out) {
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    for (auto [key, kind] : {std::pair{"prog_id:", Kind::prog}, {"map_id:", Kind::map}, {"link_id:", Kind::link}})
+      if (line.rfind(key, 0) == 0)
+        out[kind].insert(static_cast<uint32_t>(strtoul(line.c_str() + strlen(key), nullptr, 10)));
+  }
+}
+
+Ids held_by_processes() {
+  Ids held;
+  DIR* proc = opendir("/proc");
+  while (dirent* p = proc ? readdir(proc) : nullptr) {
+    if (!isdigit(static_cast<unsigned char>(p->d_name[0]))) continue;
+    std::string dir = std::string("/proc/") + p->d_name + "/fdinfo";
+    DIR* d = opendir(dir.c_str());
+    while (dirent* e = d ? readdir(d) : nullptr)
+      if (e->d_name[0] != '.') fdinfo_ids(dir + "/" + e->d_name, held);
+    if (d) closedir(d);
+  }
+  if (proc) closedir(proc);
+  return held;
+}
+
+// What each file under `dir` pins, by kind and id.
+void pins(const std::string& dir, std::map<std::pair<Kind, uint32_t>, std::string>& out) {
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    std::string name = e->d_name, path = dir + "/" + name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      pins(path, out);
+      continue;
+    }
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) continue;
+    Ids ids;
+    fdinfo_ids("/proc/self/fdinfo/" + std::to_string(fd), ids);
+    close(fd);
+    for (Kind k : {Kind::link, Kind::map, Kind::prog})
+      if (!ids[k].empty()) {
+        out[{k, *ids[k].begin()}] = path;
+        break;
+      }
+  }
+  if (d) closedir(d);
+}
+
+bool another_tests_pin(const std::string& path) {
+  static const std::regex dir("^/sys/fs/bpf/gstest-([0-9]+)-[0-9]+/");
+  std::smatch m;
+  return std::regex_search(path, m, dir) && std::stol(m[1]) != getpid();
+}
+
+}  // namespace
+
+BpfLeftovers::BpfLeftovers()
+    : prog0_(highest_id(bpf_prog_get_next_id)),
+      map0_(highest_id(bpf_map_get_next_id)),
+      link0_(highest_id(bpf_link_get_next_id)) {}
+
+std::string BpfLeftovers::list() const {
+  const uint32_t prog1 = highest_id(bpf_prog_get_next_id), map1 = highest_id(bpf_map_get_next_id),
+                 link1 = highest_id(bpf_link_get_next_id);
+  auto once = [&] {
+    Ids held = held_by_processes();
+    std::map<std::pair<Kind, uint32_t>, std::string> pinned;
+    pins("/sys/fs/bpf", pinned);
+    std::string out;
+    auto report = [&](Kind k, uint32_t id, const std::string& what) {
+      auto p = pinned.find({k, id});
+      std::string at = p == pinned.end() ? "" : p->second;
+      if (held[k].count(id) || another_tests_pin(at)) return;
+      out += what + (at.empty() ? "" : " pinned at " + at) + "\n";
+    };
+    // Links first: a held link holds its program, and a held program its maps.
+    for (uint32_t id = link0_; bpf_link_get_next_id(id, &id) == 0 && id <= link1;) {
+      int fd = bpf_link_get_fd_by_id(id);
+      if (fd < 0) continue;
+      bpf_link_info info{};
+      uint32_t len = sizeof info;
+      if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+        if (held[Kind::link].count(id)) held[Kind::prog].insert(info.prog_id);
+        report(Kind::link, id, "link " + std::to_string(id) + " (prog " + std::to_string(info.prog_id) + ")");
+      }
+      close(fd);
+    }
+    for (uint32_t id = prog0_; bpf_prog_get_next_id(id, &id) == 0 && id <= prog1;) {
+      int fd = bpf_prog_get_fd_by_id(id);
+      if (fd < 0) continue;
+      uint32_t maps[64];
+      bpf_prog_info info{};
+      info.nr_map_ids = 64;
+      info.map_ids = reinterpret_cast<uintptr_t>(maps);
+      uint32_t len = sizeof info;
+      if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+        if (held[Kind::prog].count(id))
+          for (uint32_t i = 0; i < std::min(info.nr_map_ids, 64u); i++) held[Kind::map].insert(maps[i]);
+        report(Kind::prog, id, "prog " + std::to_string(id) + " " + info.name);
+      }
+      close(fd);
+    }
+    for (uint32_t id = map0_; bpf_map_get_next_id(id, &id) == 0 && id <= map1;) {
+      int fd = bpf_map_get_fd_by_id(id);
+      if (fd < 0) continue;
+      bpf_map_info info{};
+      uint32_t len = sizeof info;
+      if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+        report(Kind::map, id, "map " + std::to_string(id) + " " + info.name);
+      close(fd);
+    }
+    return out;
+  };
+  // The kernel frees the objects of a process that exited after an RCU grace period.
+  return settled(once);
+}
 
 bool truncated_copy(const std::string& from, const std::string& to, size_t bytes) {
   std::ifstream in(from, std::ios::binary);

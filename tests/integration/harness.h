@@ -74,13 +74,27 @@ std::vector<json> select(const std::vector<json>& ev, pid_t pid, const std::stri
                          const std::string& layer = "");
 // Parses "ready pid=N" from a workload's stdout.
 pid_t ready_pid(Process& p);
-std::string bpf_state();
 // What `read` returns once two reads 300 ms apart agree (after 30 tries, the last).
 std::string settled(const std::function<std::string()>& read);
 // Keys of every BPF hash map `holder` holds (found through /proc/PID/fdinfo), by map name, read
 // as the u32 every per-process key of gpuscope begins with: its pid.
-std::map<std::string, std::vector<uint32_t>> pids_in_maps(
-    pid_t holder);  // bpftool prog + link listing and /sys/fs/bpf contents
+std::map<std::string, std::vector<uint32_t>> pids_in_maps(pid_t holder);
+
+// What the gpuscope runs between its construction and list() left of BPF behind them: the
+// programs, links and maps made in between (the kernel's ids only grow) that no live process
+// holds, by an fd or through a link or program it holds, once the kernel has freed what was
+// closed: a pin, or an attachment that outlived its process. Other gpuscopes running beside the
+// test hold theirs, and pins under another test process's /sys/fs/bpf/gstest-PID-N are its own.
+class BpfLeftovers {
+ public:
+  BpfLeftovers();
+  // One line per object left ("prog 812 ml_enter", "map 90 gpu_meta pinned at /sys/fs/bpf/x"),
+  // "" when none.
+  std::string list() const;
+
+ private:
+  uint32_t prog0_, map0_, link0_;
+};
 
 struct Reply {
   int status = 0;

@@ -571,6 +571,7 @@ TEST(Memleak, RealRuntimeDeviceReset) {
 }
 
 TEST(Memleak, BadInput) {
+  BpfLeftovers left;
   for (std::vector<std::string> args : {std::vector<std::string>{"--interval", "0"},
                                         {"--min-age", "-1"},
                                         {"-p", "999999999"},
@@ -580,7 +581,5 @@ TEST(Memleak, BadInput) {
                                         {"--bogus"}}) {
     expect_usage_error("memleak", args);
   }
-  std::string state = bpf_state();
-  for (const char* prog : {"ml_enter", "ml_exit", "ml_proc_exit", "ml_proc_exec", "ml_dl_change"})
-    EXPECT_EQ(state.find(prog), std::string::npos) << prog << " left loaded:\n" << state;
+  EXPECT_EQ(left.list(), "");
 }

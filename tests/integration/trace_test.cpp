@@ -422,7 +422,7 @@ TEST(TraceFilters, EntryOnlyMode) {
 }
 
 TEST(TraceBadInput, OneLineExitTwoNothingLeftBehind) {
-  const std::string before = bpf_state();
+  BpfLeftovers left;
   std::vector<std::vector<std::string>> cases = {
       {gpuscope_bin(), "trace", "--bogus"},
       {gpuscope_bin(), "trace", "-p", "999999"},
@@ -445,7 +445,7 @@ TEST(TraceBadInput, OneLineExitTwoNothingLeftBehind) {
     EXPECT_EQ(r.err.rfind("gpuscope: ", 0), 0u) << r.err;
     EXPECT_EQ(r.out, "") << what;
   }
-  EXPECT_EQ(bpf_state(), before);
+  EXPECT_EQ(left.list(), "");
 }
 
 TEST(TraceLost, SmallRingBufferCountsEveryDrop) {

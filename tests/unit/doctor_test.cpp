@@ -200,18 +200,16 @@ TEST(Doctor, FindsTheToolkitCudart) {
 }
 
 TEST(Doctor, ChangesNothing) {
-  auto snapshot = [] {
+  auto mounts = [] {
     std::ifstream m("/proc/self/mounts");
-    std::string mounts((std::istreambuf_iterator<char>(m)), {});
-    return run("bpftool prog list 2>&1").out + "\n--\n" + run("ls -a /sys/fs/bpf 2>&1").out + "\n--\n" + mounts;
+    return std::string((std::istreambuf_iterator<char>(m)), {});
   };
-  // The kernel frees a closed program after an RCU grace period, so a snapshot counts only
-  // once two reads 300 ms apart agree (programs of earlier tests are still going away).
-  auto settled = [&] { return gstest::settled(snapshot); };
-  auto before = settled();
+  auto before = gstest::settled(mounts);
+  gstest::BpfLeftovers left;
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor >/dev/null").status, 0);
   EXPECT_EQ(run(GPUSCOPE_BIN " doctor --json >/dev/null").status, 0);
-  EXPECT_EQ(settled(), before);
+  EXPECT_EQ(left.list(), "") << "its probes' programs and maps, gone with it";
+  EXPECT_EQ(gstest::settled(mounts), before);
 }
 
 TEST(Doctor, TextReport) {
