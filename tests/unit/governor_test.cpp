@@ -97,7 +97,7 @@ TEST(Governor, MeasuresWindowsFromItsSources) {
   d.now += 2.5, d.cpu += 0.045;
   d.g.tick();
   EXPECT_EQ(d.g.level(), 1u);
-  EXPECT_DOUBLE_EQ(d.g.cpu_percent(), 1.8);
+  EXPECT_NEAR(d.g.cpu_percent(), 1.8, 1e-9);
   EXPECT_EQ(d.window(0.05), 2u) << "2.5 %";
   for (int i = 0; i < 2; i++) EXPECT_EQ(d.window(0.016), 2u);
   EXPECT_EQ(d.window(0.016), 1u);
@@ -140,7 +140,7 @@ TEST(Governor, TestCpuFileSource) {
     ADD_FAILURE() << "not a number";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "GPUSCOPE_TEST_GOVERNOR_CPU_FILE must be a number of seconds between 0 and 1000000000000");
+              "GPUSCOPE_TEST_GOVERNOR_CPU_FILE must be a number of CPU seconds between 0 and 1000000000000");
   }
   std::ofstream(path) << "1.5\n";
   auto cpu = agent_cpu_source();

@@ -34,7 +34,7 @@ double read_cpu_file(const std::string& path) {
   if (!f) throw UsageError(std::string(kCpuFileEnv) + ": cannot read " + path);
   std::string s = text.str();
   while (!s.empty() && s.back() == '\n') s.pop_back();
-  return parse_number(kCpuFileEnv, s, "seconds", 0, 1e12, false);
+  return parse_number(kCpuFileEnv, s, "CPU seconds", 0, 1e12, false);
 }
 }  // namespace
 
