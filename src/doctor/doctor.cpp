@@ -366,24 +366,41 @@ Sub verdict(const Doctor& d, const Need& n) {
   return {n.name, "partial", fmt::format("{}", fmt::join(lacking, "; "))};
 }
 
+// The agent's collectors (cmd/agent/collectors/registry.h, in its order), each with the
+// subcommand whose BPF programs, and so whose needs, it shares.
+const std::vector<std::pair<std::string, std::string>>& agent_collectors() {
+  static const std::vector<std::pair<std::string, std::string>> c = {
+      {"kernels", "kernels"}, {"memleak", "memleak"}, {"latency", "latency"},       {"ioctl", "ioctl"},
+      {"gputime", "kernels"}, {"bridge", "bridge"},   {"starvation", "starvation"}, {"graphics", "frames"}};
+  return c;
+}
+
+// The agent is judged by its own collectors only: what it does not run (uvm, say) is no lack.
+Sub agent_verdict(const std::vector<Sub>& subs, bool priv) {
+  std::vector<std::string> off, partial;
+  for (auto& [collector, sub] : agent_collectors()) {
+    auto s = std::find_if(subs.begin(), subs.end(), [&](const Sub& x) { return x.name == sub; });
+    if (s == subs.end() || s->status == "unavailable")
+      off.push_back(collector);
+    else if (s->status == "partial")
+      partial.push_back(collector);
+  }
+  if (off.size() == agent_collectors().size())
+    return {"agent", "unavailable", priv ? "none of its collectors works here" : kRootHint};
+  std::vector<std::string> why;
+  if (!off.empty()) why.push_back(fmt::format("without {}", fmt::join(off, ", ")));
+  if (!partial.empty()) why.push_back(fmt::format("{} partial", fmt::join(partial, ", ")));
+  return {"agent", why.empty() ? "ok" : "partial", fmt::format("{}", fmt::join(why, "; "))};
+}
+
 std::vector<Sub> judge(const Doctor& d) {
   // Subcommands this binary has; the others' needs stay listed above for when they land.
   static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",    "kernels",
                                               "memleak", "starvation", "timeline", "run",   "frames", "agent"};
   std::vector<Sub> out;
-  std::vector<std::string> not_ok, ok;
-  for (auto& n : needs()) {
-    if (!built.count(n.name)) continue;
-    out.push_back(verdict(d, n));
-    (out.back().status == "ok" ? ok : not_ok).push_back(n.name);
-  }
-  if (!built.count("agent")) return out;
-  if (not_ok.empty())
-    out.push_back({"agent", "ok", ""});
-  else if (ok.empty())
-    out.push_back({"agent", "unavailable", d.priv ? "none of its collectors works here" : kRootHint});
-  else
-    out.push_back({"agent", "partial", fmt::format("without {}", fmt::join(not_ok, ", "))});
+  for (auto& n : needs())
+    if (built.count(n.name)) out.push_back(verdict(d, n));
+  if (built.count("agent")) out.push_back(agent_verdict(out, d.priv));
   return out;
 }
 

@@ -182,6 +182,51 @@ TEST(Doctor, TruncatedNvmlIsNamedNotLoaded) {
   EXPECT_NE(detail.find(", the file has 8192"), std::string::npos) << detail;
 }
 
+// The agent is judged by its own collectors, each by the subcommand whose programs it shares:
+// uvm, which it does not run, is no lack of it. With the NVML stand-in where the loader finds
+// it, the bridge and starvation can work too.
+TEST(Doctor, AgentJudgedByItsOwnCollectors) {
+  std::string dir = "/tmp/gs-doctor-agent-" + std::to_string(getpid()), lib = dir + "/libnvidia-ml.so.1";
+  mkdir(dir.c_str(), 0700);
+  ASSERT_EQ(symlink(NVML_STANDIN, lib.c_str()), 0);
+  Report r = doctor("LD_LIBRARY_PATH=" + dir + " ");
+  unlink(lib.c_str());
+  rmdir(dir.c_str());
+  ASSERT_EQ(r.status, 0);
+  ASSERT_TRUE(r.checks.at("nvml").at("ok")) << r.checks.at("nvml");
+  const std::vector<std::pair<std::string, std::string>> collectors = {
+      {"kernels", "kernels"}, {"memleak", "memleak"}, {"latency", "latency"},       {"ioctl", "ioctl"},
+      {"gputime", "kernels"}, {"bridge", "bridge"},   {"starvation", "starvation"}, {"graphics", "frames"}};
+  std::vector<std::string> off, partial;
+  for (auto& [c, sub] : collectors) {
+    auto st = r.subcommands.at(sub).at("status").get<std::string>();
+    if (st == "unavailable") off.push_back(c);
+    if (st == "partial") partial.push_back(c);
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string o;
+    for (auto& x : v) o += (o.empty() ? "" : ", ") + x;
+    return o;
+  };
+  std::string want = off.empty() ? "" : "without " + join(off);
+  if (!partial.empty()) want += (want.empty() ? "" : "; ") + join(partial) + " partial";
+  auto& agent = r.subcommands.at("agent");
+  if (off.size() == collectors.size()) {
+    EXPECT_EQ(agent.at("status"), "unavailable");
+    EXPECT_EQ(agent.at("reason"), root() ? "none of its collectors works here"
+                                         : std::string("needs root (CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN)"));
+  } else {
+    EXPECT_EQ(agent.at("reason"), want);
+    EXPECT_EQ(agent.at("status"), want.empty() ? "ok" : "partial");
+  }
+  EXPECT_EQ(agent.at("reason").get<std::string>().find("uvm"), std::string::npos);
+  if (root() && exists("/sys/kernel/btf/vmlinux") && r.checks.at("tp_btf").at("ok") && r.checks.at("bpffs").at("ok") &&
+      r.checks.at("perf_events").at("ok")) {
+    EXPECT_EQ(agent.at("status"), "ok") << "every collector's needs are met here, whatever uvm's";
+    EXPECT_EQ(agent.at("reason"), "");
+  }
+}
+
 TEST(Doctor, FindsTheToolkitCudart) {
   const char* lib = "/usr/local/cuda/lib64/libcudart.so.13";
   struct stat want;
@@ -230,6 +275,10 @@ TEST(Doctor, WithoutPrivileges) {
   auto& trace = r.subcommands.at("trace");
   EXPECT_EQ(trace.at("status"), "unavailable");
   EXPECT_NE(trace.at("reason").get<std::string>().find("needs root"), std::string::npos);
+  // None of its collectors can load: unavailable, though `run`, which needs nothing, is ok.
+  EXPECT_EQ(r.subcommands.at("run").at("status"), "ok");
+  EXPECT_EQ(r.subcommands.at("agent").at("status"), "unavailable");
+  EXPECT_EQ(r.subcommands.at("agent").at("reason"), "needs root (CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN)");
 }
 
 }  // namespace
