@@ -38,7 +38,7 @@ class FramesView {
 
   void frame(const Frame& f) {
     auto& w = window_[{f.pid, f.api}];
-    w.durations.push_back(f.duration_ns());
+    w.durations.add(f.duration_ns());
     w.submits += f.submits;
     w.cmd_buffers += f.cmd_buffers;
     w.waits += f.waits;
@@ -65,16 +65,15 @@ class FramesView {
     if (!o_.common.json && !window_.empty()) table_.header(out_.buf());
     for (auto& [key, w] : window_) {
       auto [pid, api] = key;
-      std::sort(w.durations.begin(), w.durations.end());
       auto p = t.processes().find(pid);
       const std::string comm = p == t.processes().end() ? "" : p->second.comm;
-      const double n = static_cast<double>(w.durations.size());
-      const uint64_t p50 = nearest_rank(w.durations, 0.5), p95 = nearest_rank(w.durations, 0.95),
-                     p99 = nearest_rank(w.durations, 0.99), max = w.durations.back();
+      const double n = static_cast<double>(w.durations.count());
+      const uint64_t p50 = w.durations.at(0.5), p95 = w.durations.at(0.95), p99 = w.durations.at(0.99),
+                     max = w.durations.max();
       if (o_.common.json) {
         JsonLine j(out_.buf());
         j.str("type", "frames").num("pid", pid).str("comm", comm).str("api", gfx_api_name(api));
-        j.num("frames", w.durations.size()).real("fps", n / seconds, 2);
+        j.num("frames", w.durations.count()).real("fps", n / seconds, 2);
         j.num("p50_ns", p50).num("p95_ns", p95).num("p99_ns", p99).num("max_ns", max);
         j.num("submits", w.submits).num("cmd_buffers", w.cmd_buffers).num("waits", w.waits).num("wait_ns", w.wait_ns);
         j.num("cuda_calls", w.cuda_calls).num("cuda_launches", w.cuda_launches);
@@ -82,7 +81,7 @@ class FramesView {
       } else {
         table_.row(out_.buf(),
                    {std::to_string(pid), comm, gfx_api_name(api), fmt::format("{:.1f}", n / seconds),
-                    std::to_string(w.durations.size()), ms(p50), ms(p95), ms(p99), ms(max), std::to_string(w.submits),
+                    std::to_string(w.durations.count()), ms(p50), ms(p95), ms(p99), ms(max), std::to_string(w.submits),
                     std::to_string(w.cmd_buffers), fmt::format("{:.2f}", static_cast<double>(w.wait_ns) / 1e6 / n),
                     std::to_string(w.cuda_launches)});
       }
@@ -114,6 +113,7 @@ class FramesView {
         JsonLine j(out_.buf());
         j.str("type", "histogram").num("pid", pid).str("comm", p.comm).str("api", gfx_api_name(api));
         j.num("frames", s.frames).num("sum_ns", s.sum_ns).num("max_ns", s.max_ns).num("wait_ns", s.wait_ns);
+        j.num("p50_ns", s.durations.at(0.5)).num("p95_ns", s.durations.at(0.95)).num("p99_ns", s.durations.at(0.99));
         j.begin_array("buckets");
         for (unsigned b = 0; b < kLatBuckets; b++)
           if (s.buckets[b]) j.begin_object().num("le_ns", bucket_le(b)).num("count", s.buckets[b]).end_object();
@@ -121,7 +121,8 @@ class FramesView {
       } else {
         render_histogram(
             out_.buf(),
-            fmt::format("frame times of pid {} ({}), {}, {} frames", pid, p.comm, gfx_api_name(api), s.frames), h);
+            fmt::format("frame times of pid {} ({}), {}, {} frames", pid, p.comm, gfx_api_name(api), s.frames), h,
+            &s.durations);
       }
     }
     for (auto& [queue, q] : p.queues) {
@@ -193,7 +194,7 @@ class FramesView {
 
  private:
   struct Window {
-    std::vector<uint64_t> durations;
+    Percentiles durations;
     uint64_t submits = 0, cmd_buffers = 0, waits = 0, wait_ns = 0, cuda_calls = 0, cuda_launches = 0;
   };
   static std::string ms(uint64_t ns) { return fmt::format("{:.2f}", static_cast<double>(ns) / 1e6); }

@@ -1,7 +1,6 @@
 #include "graphics/frames.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace gpuscope {
 
@@ -44,12 +43,6 @@ bool gfx_call_waits(uint32_t call) {
     case GS_GFX_GL_FINISH: return true;
     default: return false;
   }
-}
-
-uint64_t nearest_rank(const std::vector<uint64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
 FrameTracker::FrameTracker(FrameSink sink, size_t max_content) : sink_(std::move(sink)), max_content_(max_content) {}
@@ -188,6 +181,7 @@ void FrameTracker::settle(uint32_t pid, GfxProcess& p, uint64_t horizon_ns) {
       f.cuda_launches = launches[2] ? launches[2] : launches[1];
       const uint64_t d = f.duration_ns();
       s.buckets[bucket_of(d)]++;
+      s.durations.add(d);
       s.max_ns = std::max(s.max_ns, d);
       s.sum_ns += d;
       s.wait_ns += f.wait_ns;

@@ -47,7 +47,8 @@ struct Frame {
 // One process's frames of one API, cumulative since it was first seen.
 struct FrameSeries {
   uint64_t frames = 0;
-  Buckets buckets{};  // frame durations, log2 ns (core/histogram.h)
+  Buckets buckets{};      // frame durations, log2 ns (core/histogram.h)
+  Percentiles durations;  // the same, fine enough for percentiles
   uint64_t max_ns = 0, sum_ns = 0, wait_ns = 0;
   // Where the open frame started (0: no end seen yet), and ended frames waiting to be settled.
   uint64_t open_ns = 0;
@@ -122,8 +123,5 @@ class FrameTracker {
   std::map<uint32_t, std::deque<Content>> content_;
   uint64_t content_dropped_ = 0;
 };
-
-// The value at or below which a fraction q of the sorted durations fall (nearest rank).
-uint64_t nearest_rank(const std::vector<uint64_t>& sorted, double q);
 
 }  // namespace gpuscope

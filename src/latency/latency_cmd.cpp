@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <cstdio>
+#include <tuple>
 
 #include "core/cli.h"
 #include "core/cuda_api.h"
@@ -89,12 +90,14 @@ void LatencyView::write_json(const LatencySnapshot::Key& key, const LatencyStats
   for (unsigned i = first; i <= last; i++)
     j.begin_object().num("le_ns", bucket_le(i)).num("count", s.buckets[i]).end_object();
   j.end_array();
-  j.num("count", s.count())
-      .num("p50_ns", static_cast<uint64_t>(percentile(s.buckets, 0.50, s.max_ns)))
-      .num("p95_ns", static_cast<uint64_t>(percentile(s.buckets, 0.95, s.max_ns)))
-      .num("p99_ns", static_cast<uint64_t>(percentile(s.buckets, 0.99, s.max_ns)))
-      .num("max_ns", s.max_ns)
-      .end();
+  j.num("count", s.count());
+  // The calls are counted in BPF by log2 bucket: a percentile is known to its bucket, not inside.
+  for (auto [q, lo, hi] : {std::tuple{0.50, "p50_lo_ns", "p50_hi_ns"}, std::tuple{0.95, "p95_lo_ns", "p95_hi_ns"},
+                           std::tuple{0.99, "p99_lo_ns", "p99_hi_ns"}}) {
+    const BucketRange r = percentile_range(s.buckets, q, s.max_ns);
+    j.num(lo, r.lo).num(hi, r.hi);
+  }
+  j.num("max_ns", s.max_ns).end();
 }
 
 void LatencyView::write_text(const LatencySnapshot::Key& key, const LatencyStats& s, const LatencyRow& row) {

@@ -78,6 +78,10 @@ TEST(FrameTracker, FencedSubmitsEndOffscreenFramesWithWhatStartedInside) {
   for (uint64_t b : s.buckets) in_buckets += b;
   EXPECT_EQ(in_buckets, 2u);
   EXPECT_EQ(s.buckets[bucket_of(16 * kMs)], 2u);  // both in [2^23, 2^24) ns
+  // Both in one log2 bucket, yet the percentiles are the frames' own times.
+  EXPECT_EQ(s.durations.count(), 2u);
+  EXPECT_EQ(s.durations.at(0.5), 14 * kMs);
+  EXPECT_EQ(s.durations.at(0.99), 16 * kMs);
   EXPECT_EQ(k.t.processes().at(100).queues.at(0x51).submits, 4u);
   EXPECT_EQ(k.t.processes().at(100).comm, "app");
 }
@@ -177,12 +181,4 @@ TEST(FrameTracker, ContentPastItsBoundIsDroppedAndCounted) {
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(t.content_dropped(), 4u);  // 1 submit + 6 waits + 1 submit, 4 kept
   EXPECT_EQ(frames[0].waits, 3u);      // the last three waits; the second submit starts frame 2
-}
-
-TEST(FrameTracker, NearestRank) {
-  std::vector<uint64_t> v{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  EXPECT_EQ(nearest_rank(v, 0.5), 5u);
-  EXPECT_EQ(nearest_rank(v, 0.95), 10u);
-  EXPECT_EQ(nearest_rank(v, 0.0), 1u);
-  EXPECT_EQ(nearest_rank({}, 0.5), 0u);
 }

@@ -33,8 +33,8 @@ if not m:
     print("FAIL 40_latency_malloc: no cudaMalloc histogram"); sys.exit(1)
 ok = m["count"] == 1000 and err.get(("cudaMalloc", "cudaSuccess")) == 1000
 drv = lat.get("cuMemAlloc_v2", {}).get("count")
-msg = (f"cudaMalloc 1 MiB x{m['count']}: p50 {m['p50_ns']/1e3:.1f} us, p95 {m['p95_ns']/1e3:.1f} us, "
-       f"p99 {m['p99_ns']/1e3:.1f} us, max {m['max_ns']/1e3:.1f} us; cudaSuccess {err.get(('cudaMalloc','cudaSuccess'))}; "
+pct = ", ".join(f"{p} {m[p + '_lo_ns']/1e3:.1f}-{m[p + '_hi_ns']/1e3:.1f} us" for p in ("p50", "p95", "p99"))
+msg = (f"cudaMalloc 1 MiB x{m['count']}: {pct}, max {m['max_ns']/1e3:.1f} us; cudaSuccess {err.get(('cudaMalloc','cudaSuccess'))}; "
        f"cuMemAlloc_v2 count {drv}; workload: {done.strip().splitlines()[-1]}")
 print(("PASS" if ok else "FAIL") + " 40_latency_malloc: " + msg)
 sys.exit(0 if ok else 1)
