@@ -30,6 +30,23 @@ size_t utf8_len(std::string_view s, size_t i) {
 
 }  // namespace
 
+std::string utf8_valid(std::string_view s) {
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t n = utf8_len(s, i);
+    if (n) {
+      o.append(s.data() + i, n);
+      i += n;
+      continue;
+    }
+    auto c = static_cast<unsigned char>(s[i++]);
+    o += static_cast<char>(0xc0 | (c >> 6));
+    o += static_cast<char>(0x80 | (c & 0x3f));
+  }
+  return o;
+}
+
 char* json_escape_to(char* p, std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);

@@ -15,6 +15,10 @@ namespace gpuscope {
 void json_escape(fmt::memory_buffer& out, std::string_view s);
 // Writes the escaped form at p (room for 6 bytes per input byte); returns the new end.
 char* json_escape_to(char* p, std::string_view s);
+// The text a JSON reader decodes from json_escape(s): s itself where it is valid UTF-8, each
+// byte of no valid sequence read as Latin-1 (U+0080..U+00FF). Every other writer of names (the
+// Prometheus labels) uses it, so that one process name reads the same everywhere.
+std::string utf8_valid(std::string_view s);
 
 // One JSON object per line: JsonLine(buf).str("type", "x").num("n", 1).end(). Nested arrays
 // and objects open with begin_array/begin_object(key) and close with end_array/end_object;

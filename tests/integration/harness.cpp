@@ -385,7 +385,13 @@ Reply http_get(int port, const std::string& path) { return http_request(port, "G
 
 std::vector<Sample> samples(const std::string& text, const std::string& name) {
   std::vector<Sample> out;
-  static const std::regex lab(R"re((\w+)="([^"]*)")re");
+  static const std::regex lab(R"re((\w+)="((?:[^"\\]|\\.)*)")re");
+  // A label value as Prometheus reads it: \\, \" and \n are its only escapes.
+  auto unescape = [](const std::string& v) {
+    std::string o;
+    for (size_t i = 0; i < v.size(); i++) o += v[i] != '\\' ? v[i] : v[++i] == 'n' ? '\n' : v[i];
+    return o;
+  };
   std::istringstream ss(text);
   for (std::string line; std::getline(ss, line);) {
     if (line.rfind(name, 0) != 0) continue;
@@ -397,7 +403,7 @@ std::vector<Sample> samples(const std::string& text, const std::string& name) {
     if (line[rest] == '{') {
       std::string ls = line.substr(rest + 1, line.rfind('}') - rest - 1);
       for (auto it = std::sregex_iterator(ls.begin(), ls.end(), lab); it != std::sregex_iterator(); ++it)
-        s.labels[(*it)[1]] = (*it)[2];
+        s.labels[(*it)[1]] = unescape((*it)[2]);
     }
     out.push_back(s);
   }
@@ -436,17 +442,10 @@ static bool names(const std::vector<std::string>& args, const std::string& flag)
 
 Agent::Agent(const Workload& w, std::vector<std::string> extra, const std::vector<std::string>& env) {
   std::string lib = standin_lib_dir();
-  std::vector<std::string> argv = {gpuscope_bin(),
-                                   "agent",
-                                   "--json",
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "-c",
-                                   w.comm(),
-                                   "--lib",
-                                   lib + "/libcuda.so.1",
-                                   "--lib",
-                                   lib + "/libcudart.so.13"};
+  std::vector<std::string> argv = {
+      gpuscope_bin(),          "agent", "--json", "--listen", "127.0.0.1:0", "--lib", lib + "/libcuda.so.1", "--lib",
+      lib + "/libcudart.so.13"};
+  if (!names(extra, "-c")) argv.insert(argv.end(), {"-c", w.comm()});
   if (!names(extra, "--interval")) argv.insert(argv.end(), {"--interval", "0.2"});
   if (!names(extra, "--bridge-pin-dir")) argv.insert(argv.end(), {"--bridge-pin-dir", w.dir() + "/no-bridge"});
   argv.insert(argv.end(), extra.begin(), extra.end());

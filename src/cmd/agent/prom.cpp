@@ -1,5 +1,7 @@
 #include "cmd/agent/prom.h"
 
+#include "core/output.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -7,11 +9,21 @@
 
 namespace gpuscope {
 
+namespace {
+
+bool ascii_plain(std::string_view v) {
+  for (char c : v)
+    if (c == '\\' || c == '"' || c == '\n' || static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+}  // namespace
+
 std::string prom_escape_label(std::string_view v) {
-  if (v.find_first_of("\\\"\n") == std::string_view::npos) return std::string(v);
+  if (ascii_plain(v)) return std::string(v);
   std::string o;
-  o.reserve(v.size());
-  for (char c : v) {
+  o.reserve(v.size() + 8);
+  for (char c : utf8_valid(v)) {
     if (c == '\\')
       o += "\\\\";
     else if (c == '"')
@@ -56,7 +68,7 @@ void prom_series(std::string& out, std::string_view name, const PromLabels& labe
     first = false;
     out += k;
     out += "=\"";
-    if (v.find_first_of("\\\"\n") == std::string::npos)
+    if (ascii_plain(v))
       out += v;
     else
       out += prom_escape_label(v);

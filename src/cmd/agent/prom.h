@@ -13,7 +13,8 @@ namespace gpuscope {
 
 using PromLabels = std::vector<std::pair<std::string, std::string>>;
 
-// Label values: backslash, double quote and newline escaped.
+// Label values: made valid UTF-8 as JSON reads the same bytes (utf8_valid), then backslash,
+// double quote and newline escaped.
 std::string prom_escape_label(std::string_view v);
 // HELP text: backslash and newline escaped.
 std::string prom_escape_help(std::string_view v);
