@@ -136,8 +136,10 @@ class Trickler {
   struct Stats {
     size_t connects = 0, closed_by_server = 0, max_open = 0;
   };
-  Trickler(int port, int n, int addresses)
-      : thread_([this, port, n, addresses](std::stop_token stop) { run(stop, port, n, addresses); }) {}
+  // Addresses `net`1, `net`2, ... (127.0.1.1, ...; 127.0.0.1 alone with "127.0.0." and 1).
+  Trickler(int port, int n, int addresses, std::string net = "127.0.1.")
+      : net_(std::move(net)),
+        thread_([this, port, n, addresses](std::stop_token stop) { run(stop, port, n, addresses); }) {}
   Stats stop() {
     thread_.request_stop();
     thread_.join();
@@ -160,7 +162,7 @@ class Trickler {
       for (size_t i = 0; i < slots.size(); i++) {
         Slot& s = slots[i];
         if (s.fd < 0 && now >= s.next) {
-          s.fd = connect_from("127.0.1." + std::to_string(1 + i % static_cast<size_t>(addresses)), port);
+          s.fd = connect_from(net_ + std::to_string(1 + i % static_cast<size_t>(addresses)), port);
           s.connected = false;
           stats_.connects += s.fd >= 0;
           if (s.fd < 0) s.next = now + std::chrono::seconds(1);
@@ -190,6 +192,7 @@ class Trickler {
       if (s.fd >= 0) close(s.fd);
   }
   Stats stats_;
+  std::string net_;
   std::jthread thread_;  // last: it starts once the rest exists
 };
 
@@ -311,6 +314,27 @@ TEST(Agent, SlowClientsDoNotStopServing) {
   EXPECT_GT(st.max_open, 64u);
   EXPECT_GT(st.closed_by_server, 1000u);
   EXPECT_EQ(timed_get(a.port(), "/metrics", 1.0).status, 200);
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
+}
+
+// On the default loopback listen every local client is 127.0.0.1: 100 slow connections from it
+// that reconnect as soon as they are closed do not keep a scraper from the same address out.
+TEST(Agent, LocalSlowClientsDoNotStarveLoopbackScrapers) {
+  AgWorkload w;
+  UngovernedAgent a(w, {"--collectors", "latency"});
+  auto up = [](const std::string& m) { return value_of(m, "gpuscope_collector_up", {{"collector", "latency"}}) == 1; };
+  ASSERT_NE(a.until(up), "") << a.metrics();
+  Trickler t(a.port(), 100, 1, "127.0.0.");
+  sleep_s(2);  // every slot has connected once
+  int served = 0;
+  for (int i = 0; i < 8; i++, sleep_s(0.5)) {
+    Reply r = timed_get(a.port(), "/metrics", 1.0);
+    served += r.status == 200 && up(r.body);
+  }
+  auto st = t.stop();
+  EXPECT_EQ(served, 8);
+  EXPECT_GE(st.connects, 100u);
+  EXPECT_GT(st.closed_by_server, 50u);  // the newcomers made room by closing the slow ones
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
@@ -562,6 +586,47 @@ TEST(Agent, PromtoolCheckMetrics) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, "") << r.out;
   EXPECT_EQ(a.stop(), 0);
+}
+
+// A process that names itself with bytes of no UTF-8 (and quotes, a backslash, a newline and
+// braces) launches kernels: every series stays valid for promtool, its comm label reads as the
+// JSON API's comm (invalid bytes as Latin-1), and so does the per-name total after it exits.
+TEST(Agent, AnyProcessNameKeepsTheScrapeValid) {
+  ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool not installed (scripts/deps.sh installs it)";
+  AgWorkload w;
+  const std::string odd = "a\"b\\c\nd\xff\xfe{}", shown = "a\"b\\c\nd\xc3\xbf\xc3\xbe{}";
+  UngovernedAgent a(w, {"-c", odd});
+  // 5 launches of kern_a and 3 of kern_b through the driver, then it waits for SIGUSR1.
+  Process drv({w.path(), "--comm", odd, "--wait-usr1", "1", "driver", "2"});
+  pid_t dp = ready_pid(drv);
+  drv.signal(SIGUSR1);
+  const std::string d = std::to_string(dp);
+  std::string m = a.until([&](const std::string& t) {
+    return value_of(t, "gpuscope_kernel_launches_total", {{"pid", d}, {"kernel", "kern_a"}}) == 5;
+  });
+  ASSERT_NE(m, "") << a.metrics();
+  auto k = where(samples(m, "gpuscope_kernel_launches_total"), {{"pid", d}, {"kernel", "kern_b"}});
+  ASSERT_EQ(k.size(), 1u) << m;
+  EXPECT_EQ(k[0].value, 3);
+  EXPECT_EQ(k[0].labels["comm"], shown);
+  json procs = a.api("/api/processes");
+  std::string api_comm;
+  for (auto& p : procs["processes"])
+    if (p["pid"] == dp) api_comm = p["comm"];
+  EXPECT_EQ(api_comm, shown) << procs.dump();
+  ASSERT_EQ(drv.wait(20), 0) << drv.err();
+  std::string later = a.until([&](const std::string& t) {
+    return value_of(t, "gpuscope_comm_kernel_launches_total", {{"comm", shown}}) == 8;
+  });
+  ASSERT_NE(later, "") << a.metrics();
+  for (const std::string& scrape : {m, later}) {
+    std::string file = w.dir() + "/scrape.txt";
+    std::ofstream(file) << scrape;
+    auto r = run({"sh", "-c", "promtool check metrics < " + file + " 2>&1"});
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(r.out, "") << r.out;
+  }
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
 // GPU time: a process hands libgpuscope-cupti.so's exported function a known record set

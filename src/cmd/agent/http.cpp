@@ -1,6 +1,7 @@
 #include "cmd/agent/http.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <stop_token>
 #include <thread>
+#include <string>
 #include <unordered_set>
 
 #include "core/system.h"
@@ -45,7 +47,8 @@ class ConnectionGuard {
     std::lock_guard g(self->mu_);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
       const MHD_ConnectionInfo* i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-      auto* k = new Conn{i ? i->connect_fd : -1, Clock::now()};
+      const MHD_ConnectionInfo* a = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      auto* k = new Conn{i ? i->connect_fd : -1, Clock::now(), address_of(a ? a->client_addr : nullptr)};
       *ctx = k;
       self->started(k);
     } else if (auto* k = static_cast<Conn*>(*ctx)) {
@@ -64,6 +67,7 @@ class ConnectionGuard {
   struct Conn {
     int fd;
     Clock::time_point since;  // when its request began to be awaited
+    std::string address;      // the client's address bytes, without the port
     bool answered = false;
     bool cut = false;
   };
@@ -80,21 +84,38 @@ class ConnectionGuard {
     if (k->fd >= 0) shutdown(k->fd, SHUT_RDWR);  // libmicrohttpd sees the end and closes it
     k->cut = true;
   }
-  // Past the limits, a newcomer closes the connection that has waited longest: trickling
-  // clients make room, a scraper whose request comes at once is served.
+  static std::string address_of(const sockaddr* sa) {
+    if (sa && sa->sa_family == AF_INET)
+      return {reinterpret_cast<const char*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr), 4};
+    if (sa && sa->sa_family == AF_INET6)
+      return {reinterpret_cast<const char*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr), 16};
+    return {};
+  }
+  // Past the limits, a newcomer closes the connection that has waited longest (within its own
+  // address first, since every local client shares 127.0.0.1): trickling clients make room, a
+  // scraper whose request comes at once is served.
   void started(Conn* k) {
     conns_.insert(k);
-    unsigned open = 0, waiting = 0;
-    Conn *oldest = nullptr, *oldest_waiting = nullptr;
+    unsigned open = 0, waiting = 0, mine = 0;
+    Conn *oldest = nullptr, *oldest_waiting = nullptr, *my_oldest = nullptr, *my_oldest_waiting = nullptr;
+    auto older = [](Conn* x, Conn*& than) {
+      if (!than || x->since < than->since) than = x;
+    };
     for (Conn* x : conns_) {
       if (x->cut) continue;
+      bool same = x->address == k->address && x != k;
       open++;
-      if (!oldest || x->since < oldest->since) oldest = x;
+      mine += x->address == k->address;
+      older(x, oldest);
+      if (same) older(x, my_oldest);
       if (x->answered) continue;
       waiting++;
-      if (!oldest_waiting || x->since < oldest_waiting->since) oldest_waiting = x;
+      older(x, oldest_waiting);
+      if (same) older(x, my_oldest_waiting);
     }
-    if (waiting > HttpLimits::kMaxWaiting && oldest_waiting != k)
+    if (mine > HttpLimits::kPerAddress)
+      cut(my_oldest_waiting ? my_oldest_waiting : my_oldest);
+    else if (waiting > HttpLimits::kMaxWaiting && oldest_waiting != k)
       cut(oldest_waiting);
     else if (open > HttpLimits::kMaxOpen && oldest != k)
       cut(oldest);
@@ -204,9 +225,9 @@ HttpServer::HttpServer(const std::string& listen, Handler h) : handler_(std::mov
   guard_ = std::make_unique<ConnectionGuard>();
   d_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, nullptr, nullptr, &HttpAccess::answer, this,
                         MHD_OPTION_LISTEN_SOCKET, fd_, MHD_OPTION_CONNECTION_TIMEOUT, HttpLimits::kInactivityS,
-                        MHD_OPTION_CONNECTION_LIMIT, HttpLimits::kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                        HttpLimits::kPerAddress, MHD_OPTION_NOTIFY_CONNECTION, &ConnectionGuard::notify, guard_.get(),
-                        MHD_OPTION_NOTIFY_COMPLETED, &ConnectionGuard::completed, guard_.get(), MHD_OPTION_END);
+                        MHD_OPTION_CONNECTION_LIMIT, HttpLimits::kMaxConnections, MHD_OPTION_NOTIFY_CONNECTION,
+                        &ConnectionGuard::notify, guard_.get(), MHD_OPTION_NOTIFY_COMPLETED,
+                        &ConnectionGuard::completed, guard_.get(), MHD_OPTION_END);
   if (!d_) {
     close(fd_);
     throw UsageError("cannot start the HTTP server on " + listen);

@@ -23,7 +23,8 @@ sockaddr_storage parse_listen(const std::string& text);
 // What a client may hold (docs/agent.md, "Slow and greedy clients"): the server listens on a pod
 // network, where any pod can open connections and trickle bytes to keep them.
 struct HttpLimits {
-  static constexpr unsigned kPerAddress = 8;  // connections per client address
+  // Connections per client address; past this a new one closes that address's longest waiting.
+  static constexpr unsigned kPerAddress = 8;
   // Open connections; past this a new one closes the one that has waited longest.
   static constexpr unsigned kMaxOpen = 224;
   // What libmicrohttpd accepts at most: well above kMaxOpen, since a connection cut is counted
