@@ -1,14 +1,10 @@
 // gpuscope timeline: CUDA calls per thread (the trace collector), GPU kernels, copies and
 // memsets per stream (libgpuscope-cupti.so's records), launch-to-kernel arrows, and device
 // counters (the bridge's pinned maps), written as a Chrome JSON trace for Perfetto.
-#include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <functional>
 
 #include "bridge/pin_dir.h"
@@ -55,20 +51,6 @@ class BridgeCounters {
  private:
   BridgeReader reader_;
 };
-
-// Refuses an output that cannot take the timeline before anything is attached: /proc and /sys
-// files open for writing and fail only at the write, after the whole recording.
-void check_output(const std::string& out) {
-  struct stat st {};
-  if (stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw UsageError("-o " + out + ": not a regular file");
-  std::string dir = out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/') + 1);
-  struct statfs fs {};
-  if (statfs(dir.c_str(), &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC))
-    throw UsageError("-o " + out + ": /proc and /sys take no timeline");
-  int fd = open(out.c_str(), O_WRONLY | O_CREAT, 0644);
-  if (fd < 0) throw UsageError("-o " + out + ": " + strerror(errno));
-  close(fd);
-}
 
 // The CPU side of the timeline: each call's exit event, up to --max-calls.
 class CallRecorder {
@@ -150,13 +132,6 @@ void finish_input(TimelineInput& in, const GpuTimeCollector& gpu, const BridgeCo
              {"gpu_names", gs.lost_names}};
 }
 
-void write_file(const std::string& path, const std::string& doc) {
-  std::ofstream f(path, std::ios::trunc | std::ios::binary);
-  f.write(doc.data(), static_cast<std::streamsize>(doc.size()));
-  f.close();
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
 void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineStats& st,
              const TraceCollector::Stats& ts, uint64_t calls_over, const GpuTimeCollector::Stats& gs) {
   Writer w;
@@ -177,7 +152,7 @@ void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineSt
 }
 
 int run_timeline(const TimelineOptions& o) {
-  check_output(o.out);
+  check_output_file("-o", o.out);
   check_pin_dir(o.pin_dir, false);
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
@@ -226,7 +201,7 @@ int run_timeline(const TimelineOptions& o) {
   in.lost["graphics_over_bound"] = graphics.over();
   std::string doc;
   TimelineStats st = write_timeline(in, doc);
-  write_file(o.out, doc);
+  write_file_atomic(o.out, doc);
   report_gpu_losses(gs);
   summary(o, in, st, ts, calls.over(), gs);
   return 0;

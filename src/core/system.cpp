@@ -10,7 +10,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -182,6 +185,52 @@ void CgroupNames::rescan() {
     if (ec) break;
     if (!it->is_directory(ec)) continue;
     if (stat(it->path().c_str(), &st) == 0) names_[st.st_ino] = "/" + fs::relative(it->path(), root, ec).string();
+  }
+}
+
+void check_output_file(std::string_view flag, const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    std::string shown = path.size() > 200 ? path.substr(0, 200) + "..." : path;
+    return UsageError(fmt::format("{} {}: {}", flag, shown, why));
+  };
+  if (path.empty()) throw bad("needs a file name");
+  std::error_code ec;
+  std::filesystem::path real = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  if (ec) throw bad(ec.message());
+  struct stat st {};
+  if (stat(real.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw bad("not a regular file");
+  std::string dir = real.parent_path().string();
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) != 0) throw bad(strerror(errno));
+  if (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC) throw bad("/proc and /sys take no output file");
+  if (access(dir.c_str(), W_OK) != 0) throw bad(strerror(errno));
+  if (access(real.c_str(), F_OK) == 0 && access(real.c_str(), W_OK) != 0) throw bad(strerror(errno));
+}
+
+void write_file_atomic(const std::string& name, std::string_view data) {
+  // Through a symlink to the file it names: renaming over the link would replace the link.
+  std::error_code ec;
+  std::string path = std::filesystem::weakly_canonical(name, ec).string();
+  if (ec) path = name;
+  std::string tmp = path + ".XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", name, strerror(errno)));
+  int err = 0;
+  for (size_t at = 0; at < data.size() && !err;) {
+    ssize_t n = write(fd, data.data() + at, data.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      err = n < 0 ? errno : ENOSPC;
+    else
+      at += static_cast<size_t>(n);
+  }
+  // Some filesystems report a full disk only when the data reaches it.
+  if (!err && (fchmod(fd, 0644) != 0 || fsync(fd) != 0)) err = errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err) {
+    unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot write {}: {}", name, strerror(err)));
   }
 }
 

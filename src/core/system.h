@@ -29,6 +29,14 @@ bool pid_exists(pid_t pid);
 // Running: neither gone nor an unreaped zombie (which kill(pid, 0) alone calls alive).
 bool process_running(pid_t pid);
 std::string read_file(const std::string& path);
+// An output file named by `flag` (-o, --folded, --svg), checked before anything is attached:
+// the file it will really be (symlinks followed) is a regular file or none yet, in a writable
+// directory outside /proc and /sys. UsageError otherwise.
+void check_output_file(std::string_view flag, const std::string& path);
+// Writes `data` to a temporary file beside the file `path` names (symlinks followed), syncs it
+// and renames it over that file: a full
+// disk or any other failure leaves the old file (or none) and throws with the reason.
+void write_file_atomic(const std::string& path, std::string_view data);
 std::optional<std::string> read_file_opt(const std::string& path);
 std::string proc_comm(pid_t pid);
 std::vector<pid_t> list_pids();

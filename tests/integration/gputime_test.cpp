@@ -2,6 +2,7 @@
 // and the records a fixture hands to its exported function come out of gpuscope kernels (GPU
 // columns joined with the launches it counted) and gpuscope timeline (tracks, spans, flows).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <signal.h>
@@ -350,6 +351,34 @@ TEST(GpuTime, TimelineCounters) {
   EXPECT_EQ(util, mem);
   EXPECT_EQ(doc["metadata"]["counters"], "present");
   unlink(out.c_str());
+}
+
+// A full filesystem at the end of a recording: the reason is named, the old file stays whole
+// and no partial or temporary file is left. A symlink into /proc is refused before recording.
+TEST(GpuTime, TimelineOnAFullDiskKeepsTheOldFile) {
+  std::string dir = tmp_file("fulldisk");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << strerror(errno);
+  ASSERT_EQ(run({"mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir}).exit_code, 0);
+  std::ofstream(dir + "/t.json") << "old\n";
+  run({"sh", "-c", "cat /dev/zero > " + dir + "/fill"});  // until the disk is full
+  Process w({calls_shared(), "3", "5", "500"});
+  pid_t pid = ready_pid(w);
+  auto r = run({gpuscope_bin(), "timeline", "-d", "1.5", "-p", std::to_string(pid), "-o", dir + "/t.json"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write " + dir + "/t.json: No space left on device"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir + "/t.json"), "old\n");
+  auto ls = run({"ls", "-A", dir});
+  EXPECT_EQ(ls.out, "fill\nt.json\n");
+  w.wait(20);
+  std::string link = dir + "-link";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink("/proc/self/status", link.c_str()), 0);
+  auto p = run({gpuscope_bin(), "timeline", "-d", "1", "-o", link});
+  EXPECT_EQ(p.exit_code, 2) << p.err;
+  EXPECT_EQ(p.err, "gpuscope: -o " + link + ": /proc and /sys take no output file\n");
+  unlink(link.c_str());
+  EXPECT_EQ(run({"umount", dir}).exit_code, 0);
+  rmdir(dir.c_str());
 }
 
 TEST(GpuTime, BadInput) {
