@@ -1,6 +1,8 @@
 #include "bridge/bridge.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
@@ -8,6 +10,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
+#include <stop_token>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -551,6 +555,46 @@ BridgePublisher::BridgePublisher(const BridgeOptions& o) : impl_(std::make_uniqu
 BridgePublisher::~BridgePublisher() = default;
 bool BridgePublisher::tick() { return impl_->tick(); }
 size_t BridgePublisher::devices() const { return impl_->devices(); }
+
+BridgeThread::BridgeThread(const BridgeOptions& o) : pub_(o), poll_ms_(o.poll_interval_ms) {
+  pub_.tick();  // readers find data at once
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  thread_ = std::jthread([this](std::stop_token stop) {
+    pthread_setname_np(pthread_self(), "gs-bridge");  // its CPU apart from its owner's, in top -H
+    auto next = std::chrono::steady_clock::now();
+    std::mutex m;
+    std::condition_variable_any cv;
+    while (!stop.stop_requested()) {
+      next += std::chrono::milliseconds(poll_ms_);
+      std::unique_lock l(m);
+      cv.wait_until(l, stop, next, [] { return false; });  // woken early only by the stop
+      if (stop.stop_requested()) break;
+      try {
+        if (!pub_.tick()) break;  // another bridge took the pins over: it is read instead
+      } catch (const std::exception& e) {
+        std::lock_guard g(mu_);
+        why_ = e.what();
+        break;
+      }
+    }
+    done_ = true;
+  });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+BridgeThread::~BridgeThread() {
+  thread_.request_stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string BridgeThread::why() const {
+  std::lock_guard g(mu_);
+  return why_;
+}
 
 int run_bridge(const BridgeOptions& opts) { return Bridge(opts).run(); }
 

@@ -1,8 +1,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace gpuscope {
 
@@ -44,6 +47,26 @@ class BridgePublisher {
 
  private:
   std::unique_ptr<Bridge> impl_;
+};
+
+// A BridgePublisher ticking on a thread of its own every poll interval, so that the owner's
+// loop (rescans, refreshes) never makes the data look stale to readers (starvation calls it
+// stale after 300 ms). SIGINT and SIGTERM stay with the owner's threads.
+class BridgeThread {
+ public:
+  explicit BridgeThread(const BridgeOptions& o);  // throws as BridgePublisher does
+  ~BridgeThread();
+  // Stopped: another bridge took the pins over, or a tick failed (why() says what).
+  bool done() const { return done_; }
+  std::string why() const;
+
+ private:
+  BridgePublisher pub_;
+  unsigned poll_ms_;
+  std::atomic<bool> done_{false};
+  mutable std::mutex mu_;
+  std::string why_;
+  std::jthread thread_;  // last: it starts once the rest exists
 };
 
 }  // namespace gpuscope

@@ -4,9 +4,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <thread>
 
+#include "bridge/bridge.h"
+#include "bridge/nvml.h"
+#include "bridge/pin_dir.h"
 #include "core/bpf.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -89,9 +92,7 @@ namespace {
 // Refuses an output file that cannot be written before anything is loaded.
 void check_outputs(const StarvationOptions& o) {
   for (const std::string* f : {&o.folded, &o.svg}) {
-    if (f->empty()) continue;
-    std::ofstream probe(*f, std::ios::trunc);
-    if (!probe) throw UsageError(fmt::format("cannot write {}: {}", *f, strerror(errno)));
+    if (!f->empty()) check_output_file(f == &o.folded ? "--folded" : "--svg", *f);
   }
 }
 
@@ -111,6 +112,27 @@ void watch(StarvationCollector& c, StarvationView& view, double duration_s) {
     }
   }
   view.show(c.collect());
+}
+
+// With no bridge publishing, one runs here, as in the agent; where none can (no NVML), it says
+// so once and waits for one.
+std::unique_ptr<BridgeThread> bridge_unless_running(const StarvationOptions& o) {
+  const std::string& dir = o.collector.pin_dir;
+  check_pin_dir(dir, false);
+  if (bridge_holder(dir).publishing) return nullptr;
+  try {
+    BridgeOptions b;
+    b.nvml = o.nvml;
+    b.pin_dir = dir;
+    b.detail_interval_ms = 1000;
+    b.verbose = o.common.verbose;
+    auto t = std::make_unique<BridgeThread>(b);
+    fprintf(stderr, "gpuscope: no bridge was publishing under %s; starvation runs one\n", dir.c_str());
+    return t;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "gpuscope: no bridge is publishing under %s and none can run here (%s)\n", dir.c_str(), e.what());
+    return nullptr;
+  }
 }
 
 void report_stats(const StarvationStats& st, bool verbose) {
@@ -133,17 +155,17 @@ void write_stacks(const StarvationOptions& o, const StarvationView& view, uint64
   uint64_t total = 0;
   for (auto& [_, w] : view.folded()) total += w;
   if (!o.folded.empty()) {
-    std::ofstream(o.folded, std::ios::trunc) << folded_text(view.folded());
+    write_file_atomic(o.folded, folded_text(view.folded()));
     fprintf(stderr, "gpuscope: folded stacks: %zu stacks, %llu samples x %llu ns = %llu ns sampled, in %s\n",
             view.folded().size(), (unsigned long long)view.folded_samples(), (unsigned long long)period_ns,
             (unsigned long long)total, o.folded.c_str());
   }
   if (!o.svg.empty()) {
-    std::ofstream(o.svg, std::ios::trunc)
-        << flamegraph_svg(view.folded(),
-                          fmt::format("GPU starvation: on-CPU time while the GPU sat idle ({:.3f} s sampled)",
-                                      static_cast<double>(total) / 1e9),
-                          "ns");
+    write_file_atomic(o.svg, flamegraph_svg(view.folded(),
+                                            fmt::format("GPU starvation: on-CPU time while the GPU sat idle "
+                                                        "({:.3f} s sampled)",
+                                                        static_cast<double>(total) / 1e9),
+                                            "ns"));
     fprintf(stderr, "gpuscope: flame graph in %s\n", o.svg.c_str());
   }
 }
@@ -155,8 +177,10 @@ int run_starvation(const StarvationOptions& o) {
   cfg.fold = !o.folded.empty() || !o.svg.empty();
   StarvationCollector::validate(cfg);
   check_outputs(o);
+  nvml::check_library(o.nvml);
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
+  std::unique_ptr<BridgeThread> bridge = bridge_unless_running(o);
   StarvationCollector c(cfg);
   fprintf(stderr,
           "gpuscope: watching for GPU starvation: idle >= %llu ms, GPU memory >= %llu bytes, bridge data "

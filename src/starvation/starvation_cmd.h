@@ -10,8 +10,9 @@ namespace gpuscope {
 struct StarvationOptions {
   CommonFlags common;
   StarvationCollector::Config collector;
-  std::string folded;  // file for folded stacks
-  std::string svg;     // file for the flame graph
+  std::string folded;                      // file for folded stacks
+  std::string svg;                         // file for the flame graph
+  std::string nvml = "libnvidia-ml.so.1";  // for the bridge run here when none is publishing
 };
 
 int run_starvation(const StarvationOptions& opts);

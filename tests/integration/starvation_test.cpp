@@ -561,6 +561,30 @@ TEST(StarvationVerdict, NoneOnStaleDataUntilABridgePublishesAgain) {
   EXPECT_NE(err.find("verdicts on", err.find("went stale")), std::string::npos) << err;
 }
 
+// No bridge publishing: starvation runs one itself (NVML here: the stand-in), says so once, and
+// reports the burner as it does beside `gpuscope bridge`; its pins go with it.
+TEST(StarvationVerdict, RunsTheBridgeItselfWhenNoneIsPublishing) {
+  PinDir d;
+  StandinFile f;
+  Fixture fx = Fixture::burn();
+  int pid = fx.pid(), burner = fx.num("burner");
+  ASSERT_GT(pid, 0);
+  f.write(standin_for(pid));
+  Process s(starv_argv(d, {"--json", "-p", std::to_string(pid), "--min-idle-ms", "200", "--nvml", NVML_STANDIN}),
+            {f.env()});
+  EXPECT_TRUE(s.wait_for(fmt::format("\"tid\":{}", burner), 10)) << s.err();
+  s.signal(SIGINT);
+  EXPECT_EQ(s.wait(30), 0) << s.err();
+  auto mine = rows_of(parse_lines(s.out()), burner);
+  ASSERT_FALSE(mine.empty()) << s.out() << s.err();
+  check_row_fields(mine[0], pid, burner, "burner");
+  std::string says = fmt::format("gpuscope: no bridge was publishing under {}; starvation runs one\n", d.path);
+  EXPECT_EQ(s.err().find(says), s.err().rfind(says)) << s.err();
+  EXPECT_NE(s.err().find(says), std::string::npos) << s.err();
+  EXPECT_EQ(s.err().find("no bridge data under"), std::string::npos) << s.err();
+  kill(pid, SIGKILL);
+}
+
 // Thread "consumer" waits on a futex for "producer", which burns 200 ms per batch: both show,
 // the producer by far the larger, the consumer at its futex wait.
 TEST(StarvationBlocking, WaiterAndBurnerBothShowTheBurnerDominates) {
@@ -643,12 +667,18 @@ TEST(StarvationBadInput, OneClearLineEach) {
   EXPECT_NE(stale.err.find("(not running); no verdicts until a bridge publishes again\n"), std::string::npos)
       << stale.err;
 
-  // No bridge at all: it starts, says so once, and reports nothing.
-  auto none = run(starv_argv(empty, {"-d", "1.2"}), {}, 20);
+  // No bridge at all, and none can run (no NVML here): it starts, says so once, and reports nothing.
+  auto none = run(starv_argv(empty, {"-d", "1.2", "--nvml", "/nonexistent/libnvidia-ml.so.1"}), {}, 20);
   EXPECT_EQ(none.exit_code, 0) << none.err;
   EXPECT_EQ(none.out, "");
   std::string says = fmt::format("gpuscope: no bridge data under {} (is `gpuscope bridge` running?)", empty.path);
   auto first = none.err.find(says);
   EXPECT_NE(first, std::string::npos) << none.err;
   EXPECT_EQ(none.err.find(says, first + 1), std::string::npos) << "said once: " << none.err;
+  EXPECT_NE(none.err.find(fmt::format("gpuscope: no bridge is publishing under {} and none can run here (NVML not "
+                                      "available: /nonexistent/libnvidia-ml.so.1 cannot be opened: No such file or "
+                                      "directory)\n",
+                                      empty.path)),
+            std::string::npos)
+      << none.err;
 }

@@ -2,16 +2,9 @@
 // (before starvation, which reads the same pins). Pins whose writer has gone (the agent or bridge
 // before this one, within the readers' 10 s of staleness) are taken over at once, now and
 // whenever their writer goes.
-#include <pthread.h>
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
-#include <atomic>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
-#include <stop_token>
-#include <thread>
 
 #include "bridge/bridge.h"
 #include "bridge/nvml.h"
@@ -29,7 +22,6 @@ using T = PromSet::Type;
 
 class BridgeAgent final : public AgentCollector {
  public:
-  ~BridgeAgent() override { stop_thread(); }
   std::string_view name() const override { return "bridge"; }
 
   void add_flags(CLI::App* cmd) override {
@@ -47,18 +39,20 @@ class BridgeAgent final : public AgentCollector {
   void load(AgentHost& host) override {
     host_ = &host;
     reader_ = std::make_unique<BridgeReader>(host.options.pin_dir, host.options.nvml);
-    if (take_if_free()) start_thread();
+    take_if_free();
   }
 
   // The bridge read may stop publishing at any time; so may the agent's own, taken over by
   // another bridge that may stop in turn.
   void start(AgentHost&, EventLoop& loop) override {
     loop.every(0.5, [this] {
-      if (own_ && own_done_) {
-        thread_ = {};  // joins
+      if (own_ && own_->done()) {
+        std::string why = own_->why();
         own_.reset();
+        std::lock_guard g(mu_);
+        if (!why.empty()) own_why_ = why;
       }
-      if (take_if_free()) start_thread();
+      take_if_free();
     });
   }
 
@@ -136,7 +130,7 @@ class BridgeAgent final : public AgentCollector {
 
   CollectorHealth health() const override { return health_; }
   std::string describe() const override { return own_ ? "bridge (in the agent)" : "bridge"; }
-  void detach() override { stop_thread(); }
+  void detach() override { own_.reset(); }
 
  private:
   bool take_if_free() {
@@ -154,7 +148,7 @@ class BridgeAgent final : public AgentCollector {
       b.poll_interval_ms = poll_ms_;
       b.detail_interval_ms = detail_ms_;
       b.verbose = o.common.verbose;
-      own_ = std::make_unique<BridgePublisher>(b);
+      own_ = std::make_unique<BridgeThread>(b);
       tried_.reset();
       std::lock_guard g(mu_);
       own_why_.clear();
@@ -173,52 +167,11 @@ class BridgeAgent final : public AgentCollector {
     }
   }
 
-  // The bridge ticks on its own thread: the loop's rescans and refreshes must not make its data
-  // look stale to its readers (starvation calls it stale after 300 ms). Signals stay with the
-  // loop thread.
-  void start_thread() {
-    own_done_ = false;
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    thread_ = std::jthread([this](std::stop_token stop) {
-      pthread_setname_np(pthread_self(), "gs-bridge");  // its CPU apart from the loop's, in top -H
-      auto next = std::chrono::steady_clock::now();
-      std::mutex m;
-      std::condition_variable_any cv;
-      while (!stop.stop_requested()) {
-        next += std::chrono::milliseconds(poll_ms_);
-        std::unique_lock l(m);
-        cv.wait_until(l, stop, next, [] { return false; });  // woken early only by the stop
-        if (stop.stop_requested()) break;
-        try {
-          if (!own_->tick()) break;  // another bridge took the pins over: it is read instead
-        } catch (const std::exception& e) {
-          std::lock_guard g(mu_);
-          own_why_ = e.what();
-          break;
-        }
-      }
-      own_done_ = true;
-    });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
-
-  void stop_thread() {
-    if (!thread_.joinable()) return;
-    thread_.request_stop();
-    thread_.join();
-  }
-
   AgentHost* host_ = nullptr;
   unsigned poll_ms_ = 100;
   unsigned detail_ms_ = 1000;
   std::unique_ptr<BridgeReader> reader_;
-  std::unique_ptr<BridgePublisher> own_;
-  std::jthread thread_;
-  std::atomic<bool> own_done_{false};
+  std::unique_ptr<BridgeThread> own_;
   std::mutex mu_;
   std::string own_why_;                // under mu_: why the agent runs no bridge
   std::optional<BridgeHolder> tried_;  // the holder at the last failed try
