@@ -77,9 +77,10 @@ TEST(Deploy, MetricNamesExported) {
   std::string file = w.dir() + "/scrape.txt";
   std::ofstream(file) << m;
   std::string src = DEPLOY_SOURCE_DIR;
-  auto r = run({"sh", "-c",
-                "python3 " + src + "/tests/deploy/metric_names.py --scrape " + file + " " + src +
-                    "/deploy/grafana/*.json " + src + "/deploy/prometheus/rules.yml 2>&1"});
+  auto r =
+      run({"sh", "-c",
+           "python3 " + src + "/tests/deploy/metric_names.py --scrape " + file + " " + src + "/deploy/grafana/*.json " +
+               src + "/deploy/prometheus/rules.yml " + src + "/deploy/prometheus/compat_rules.yml 2>&1"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
   // Nothing pending: the GPU-time and starvation series are the agent's now.
@@ -87,10 +88,20 @@ TEST(Deploy, MetricNamesExported) {
   EXPECT_NE(r.out.find("ok gpuscope_starvation_cpu_seconds_total"), std::string::npos) << r.out;
   for (const char* n : {"gpuscope_kernel_duration_seconds_sum", "gpuscope_kernel_duration_seconds_count",
                         "gpuscope_kernel_duration_seconds_bucket", "gpuscope_gpu_busy_seconds_total"})
-    EXPECT_NE(r.out.find(std::string("ok ") + n + " (gpuscope-kernel-time.json)"), std::string::npos) << n << r.out;
+    EXPECT_TRUE(
+        std::regex_search(r.out, std::regex(std::string("(^|\\n)ok ") + n + " \\([^)\\n]*gpuscope-kernel-time\\.json")))
+        << n << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_gpu_power_watts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_anomalies_total"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_governor_level"), std::string::npos) << r.out;
+  // What the recording rules of the blog's names read.
+  for (const char* n :
+       {"gpuscope_kernel_launches_total", "gpuscope_memory_allocations_total", "gpuscope_memory_frees_total",
+        "gpuscope_kernel_duration_seconds_bucket", "gpuscope_kernel_duration_seconds_sum",
+        "gpuscope_kernel_duration_seconds_count", "gpuscope_gpu_utilization_ratio", "gpuscope_gpu_memory_used_bytes"}) {
+    std::string want = std::string("(^|\\n)ok ") + n + " \\([^)\\n]*compat_rules\\.yml";
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(want))) << n << r.out;
+  }
   live.signal(SIGUSR1);
   EXPECT_EQ(live.wait(20), 0);
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
