@@ -5,10 +5,8 @@
 #     the stand-in and real-cudart fixtures): trace, memleak, kernels, latency, ioctl, uvm,
 #     starvation, bridge, doctor;
 #   - not the bench_smoke_* tests (they time overhead ratios, which ASAN distorts; the benches
-#     are not even built here), nor Deploy.GovernorStepsDownUnderStormAndBackUp (it needs a storm
-#     to cost the agent over 2.5 times its idle cost: under ASAN, some 12 % of a core idle and 26 %
-#     in the storm; Deploy.GovernorAtItsDeepestStillCountsEveryLaunch takes the same steps here), nor fuzz_*
-#     (sanitized already), bpf_header_deps or format (no code of ours runs in them).
+#     are not even built here), nor fuzz_* (sanitized already), bpf_header_deps or format (no
+#     code of ours runs in them).
 # The BPF skeletons are the release build's (build/generated, built first here when missing or
 # out of date): the sanitizer does not apply to them, and build-asan/ has no clang BPF rule.
 # Any sanitizer report fails the run. ASAN and LSAN reports (from every process, including the
@@ -21,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 b=build-asan
-exclude=${GPUSCOPE_ASAN_EXCLUDE:-'^(bench_smoke_|fuzz_|bpf_header_deps$|format$|Deploy.GovernorStepsDownUnderStormAndBackUp$)'}
+exclude=${GPUSCOPE_ASAN_EXCLUDE:-'^(bench_smoke_|fuzz_|bpf_header_deps$|format$)'}
 
 start=$(date +%s)
 bash scripts/build.sh bpf_skels >/dev/null || { echo "test-asan: build/'s BPF skeletons failed to build" >&2; exit 2; }
