@@ -313,6 +313,7 @@ void register_kernels(CLI::App& app) {
   cmd->add_option("--count-layer", o->count_layer,
                   "Where launches are counted: driver (one probe per launch), both (runtime launches at the "
                   "runtime layer), auto (driver when the NVIDIA driver is loaded; default)")
+      ->type_name("LAYER")
       ->check(CLI::IsMember({"auto", "driver", "both"}));
   cmd->add_option("--cupti-lib", o->cupti_libs,
                   "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");

@@ -424,8 +424,9 @@ void register_memleak(CLI::App& app) {
       run_memleak);
   add_number(cmd, "--interval", o->interval_s, "Print the per-process summary every SECONDS (default 5)", "seconds",
              0.01, 86400);
-  add_number(cmd, "--min-age", o->min_age_s, "List live allocations older than SECONDS as suspected leaks", "seconds",
-             0.001, 31536000);
+  add_number(cmd, "--min-age", o->min_age_s,
+             "List live allocations older than SECONDS as suspected leaks (default: none while processes run)",
+             "seconds", 0.001, 31536000);
   cmd->add_flag("--stacks", o->stacks, "Record and symbolize the allocating user stack");
   cmd->add_flag("--no-py-frames", o->no_py_frames,
                 "With --stacks: do not read CPython frames from the interpreter's memory");

@@ -128,7 +128,7 @@ void register_run(CLI::App& app) {
   add_number(cmd, "--flush-ms", o->flush_ms, "How often the library hands records over (default 100)", "milliseconds",
              1, 60000);
   cmd->add_flag("--always", o->always, "Record from the start, before any gpuscope attaches");
-  cmd->add_option("cmd", o->cmd, "The command and its arguments, after --")->expected(-1);
+  cmd->add_option("cmd", o->cmd, "The command and its arguments, after --")->expected(-1)->type_name("COMMAND");
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope run -- python3 train.py\n"

@@ -110,7 +110,7 @@ int run_trace(const TraceOptions& o) {
 void register_trace(CLI::App& app) {
   auto [cmd, o] = new_command<TraceOptions>(app, "trace", "Trace CUDA runtime and driver API calls", run_trace);
   cmd->add_option("--api", o->apis, "Trace only these APIs (comma-separated; variants included)")->delimiter(',');
-  cmd->add_option("--layer", o->layer, "runtime, driver or all (default all)");
+  cmd->add_option("--layer", o->layer, "runtime, driver or all (default all)")->type_name("LAYER");
   cmd->add_flag("-r", o->hide_exits, "Entry only: no exit probes, no return codes");
   cmd->add_flag("-t", o->no_timestamps, "Drop timestamps");
   add_number(cmd, "--ringbuf-kb", o->ringbuf_kb, "Ring buffer size in KiB, a power of two (default 4096)", "KiB", 4,

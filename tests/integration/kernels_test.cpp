@@ -248,6 +248,15 @@ TEST(Kernels, BadInput) {
                                         {"--count-layer", "runtime"},
                                         {"-p", "999999999"},
                                         {"--lib", "/etc/passwd"},
-                                        {"--bogus"}})
+                                        {"--bogus"},
+                                        {"-c", ""},
+                                        {"-p", "./app"},
+                                        {"--pid"},
+                                        {"-d", "1d"},
+                                        {"--interval", " 1"},
+                                        {"--interval", "0x1p-3"},
+                                        {"--runtime-root", ""},
+                                        {"--runtime-root", "/etc/passwd"},
+                                        {"--pods-dir", "/nonexistent"}})
     expect_usage_error("kernels", args);
 }

@@ -282,6 +282,17 @@ TEST_F(Scoping, AContainerThatGoesLeavesNothingCached) {
   EXPECT_EQ(pc.cgroups(), 0u);
 }
 
+// A container may start after gpuscope: a name that matches none is no error, but is said once.
+TEST_F(Scoping, AContainerThatMatchesNothingIsSaidOnce) {
+  const std::string nosuch = "nosuch-" + std::to_string(getpid());
+  auto r = run(gpuscope("kernels", {"-d", "1", "--container", nosuch, "--container", "redis-cache"}), {}, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string said =
+      "gpuscope: --container " + nosuch + " matches no running container; waiting for one to start\n";
+  EXPECT_EQ(r.err.rfind(said, 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("matches no", said.size()), std::string::npos) << r.err;  // not for redis-cache
+}
+
 TEST_F(Scoping, BadFiltersAreRefusedInOneLine) {
   const std::string pods = tmp_ + "/log/pods";
   auto r = expect_usage_error("kernels", {"--pod", "web", "--pods-dir", tmp_ + "/nowhere"});

@@ -152,7 +152,8 @@ int run_agent(AgentCommand& a) {
 }
 
 void add_agent_flags(CLI::App* cmd, AgentOptions& o) {
-  cmd->add_option("--listen", o.listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)");
+  cmd->add_option("--listen", o.listen, "ADDR:PORT to serve HTTP on (default 127.0.0.1:9400, loopback only)")
+      ->type_name("ADDR:PORT");
   add_number(cmd, "--max-kernels-per-process", o.max_kernels,
              "Kernel series per process; the rest are summed in kernel=\"other\" (default 50)", "kernels", 1, 100000);
   add_number(cmd, "--interval", o.interval_s, "Refresh what is served every SECONDS (default 1)", "seconds", 0.05,
@@ -171,9 +172,26 @@ void add_agent_flags(CLI::App* cmd, AgentOptions& o) {
              "Anomaly: GPU memory rising over N refreshes without a fall (default 30)", "refreshes", 2, 100000);
   add_number(cmd, "--error-burst-rate", o.anomaly.error_burst_per_s,
              "Anomaly: failed calls of one CUDA API per second above RATE (default 50)", "per second", 0.001, 1e9);
-  add_number(cmd, "--max-cpu-percent", o.max_cpu_percent,
-             "Governor: the agent's CPU limit in percent of one core; past it the agent does less (default 2, 0: off)",
-             "percent", 0, 10000);
+  cmd->add_option_function<std::string>(
+         "--max-cpu-percent",
+         [&o](const std::string& v) {
+           auto fail = [] {
+             throw UsageError(
+                 "--max-cpu-percent must be a number of percent of one core between 0.1 and 10000, or 0 (off)");
+           };
+           double p = 0;
+           try {
+             p = parse_number("--max-cpu-percent", v, "percent", 0, 10000, false);
+           } catch (const UsageError&) {
+             fail();
+           }
+           // Below 0.1 % of a core the governor would only chase the noise of its own measurement.
+           if (p != 0 && p < 0.1) fail();
+           o.max_cpu_percent = p;
+         },
+         "Governor: the agent's CPU limit in percent of one core, 0.1 to 10000; past it the agent does less "
+         "(default 2, 0: off)")
+      ->type_name("PERCENT");
 }
 
 }  // namespace
@@ -183,7 +201,8 @@ void register_agent(CLI::App& app) {
   auto* cmd = app.add_subcommand("agent", "Run the collectors continuously; serve Prometheus /metrics and a JSON API");
   add_common_flags(cmd, a->o.common);
   add_scope_flags(cmd, a->o.scope);
-  cmd->add_option("--collectors", a->o.collectors, "Comma-separated collectors (default " + known_collectors(*a) + ")");
+  cmd->add_option("--collectors", a->o.collectors, "Comma-separated collectors (default " + known_collectors(*a) + ")")
+      ->type_name("LIST");
   add_agent_flags(cmd, a->o);
   for (auto& c : a->all) c->add_flags(cmd);
   cmd->footer(

@@ -58,8 +58,9 @@ class GpuTimeAgent final : public AgentCollector {
 
   void add_flags(CLI::App* cmd) override {
     cmd->add_option_function<std::string>(
-        "--gputime-duty", [this](const std::string& v) { parse_duty(v, on_ms_, period_ms_); },
-        "GPU time recorded ON seconds in every PERIOD (ON/PERIOD), or a share of 10 s; 1: always (default 1/10)");
+           "--gputime-duty", [this](const std::string& v) { parse_duty(v, on_ms_, period_ms_); },
+           "GPU time recorded ON seconds in every PERIOD (ON/PERIOD), or a share of 10 s; 1: always (default 1/10)")
+        ->type_name("ON/PERIOD");
   }
 
   bool uses_session() const override { return true; }
