@@ -326,7 +326,8 @@ void register_frames(CLI::App& app) {
   add_number(cmd, "--slowest", o->slowest,
              "The N slowest frames of each interval, with what happened inside (default 3)", "N", 0, 1000);
   cmd->add_flag("--every-frame", o->every_frame, "With --json, a line for every frame");
-  cmd->add_flag("!--no-cuda", o->cuda, "Do not trace the CUDA calls inside frames");
+  cmd->add_flag_callback(
+      "--no-cuda", [f = o] { f->cuda = false; }, "Do not trace the CUDA calls inside frames");
 }
 
 }  // namespace gpuscope
