@@ -15,7 +15,7 @@ import threading
 import time
 
 if len(sys.argv) > 1:
-    ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME
+    ctypes.CDLL(None).prctl(15, os.fsencode(sys.argv[1]), 0, 0, 0)  # PR_SET_NAME, any bytes
 import torch  # noqa: E402
 
 print("pid", os.getpid(), flush=True)
