@@ -31,6 +31,7 @@
 #include "core/output.h"
 #include "core/fd.h"
 #include "core/system.h"
+#include "core/where.h"
 
 namespace gpuscope {
 
@@ -148,6 +149,8 @@ class Bridge {
   std::vector<gpu_pid_device> pd_vals_;
   std::vector<gpu_pid> pid_vals_;
   uint64_t ticks_ = 0;
+  uint64_t tick_ns_ = 0;  // CLOCK_REALTIME when this tick began: its JSON lines' ts_ns
+  std::unique_ptr<WhereView> where_ = o_.json ? std::make_unique<WhereView>(Scope{}) : nullptr;
   bool detail_tick_ = true;  // this tick reads details and processes
   std::chrono::steady_clock::time_point detail_at_{};
   Writer out_;
@@ -351,7 +354,7 @@ void Bridge::publish_devices() {
     dev_vals_.push_back(m);
     if (!o_.json) continue;
     JsonLine j(out_.buf());
-    j.str("type", "device").num("tick", ticks_).num("device", i).num("timestamp_ns", m.timestamp_ns);
+    j.record("device", tick_ns_).num("tick", ticks_).num("device", i).num("timestamp_ns", m.timestamp_ns);
     j.boolean("from_sample", from_sample).num("sm_util_pct", m.sm_util_pct).num("mem_util_pct", m.mem_util_pct);
     j.num("mem_total_bytes", m.mem_total_bytes).num("mem_used_bytes", m.mem_used_bytes);
     j.num("mem_reserved_bytes", m.mem_reserved_bytes).num("temp_c", m.temp_c).num("power_mw", m.power_mw);
@@ -435,7 +438,9 @@ void Bridge::publish_processes() {
 
 void Bridge::write_process_json(uint32_t pid, const gpu_pid_device& v, const gpu_pid& agg) {
   JsonLine j(out_.buf());
-  j.str("type", "process").num("tick", ticks_).num("pid", pid).num("device", v.gpu_device);
+  j.record("process", tick_ns_);
+  where_->process(j, static_cast<pid_t>(pid), {});
+  j.num("tick", ticks_).num("device", v.gpu_device);
   j.boolean("compute", v.kinds & GPU_PROC_COMPUTE).boolean("graphics", v.kinds & GPU_PROC_GRAPHICS);
   j.num("timestamp_ns", agg.timestamp_ns).num("used_gpu_memory_bytes", v.used_gpu_memory_bytes);
   j.num("sm_util_pct", v.sm_util_pct).num("mem_util_pct", v.mem_util_pct).num("enc_util_pct", v.enc_util_pct);
@@ -457,7 +462,7 @@ void Bridge::publish_meta() {
   bpf_map_update_elem(maps_[kMeta].get(), &zero, &meta, BPF_ANY);
   if (!o_.json) return;
   JsonLine j(out_.buf());
-  j.str("type", "meta").num("tick", ticks_).num("schema_version", meta.schema_version);
+  j.record("meta", tick_ns_).num("tick", ticks_).num("schema_version", meta.schema_version);
   j.num("n_devices", meta.n_devices).num("last_update_boottime_ns", meta.last_update_boottime_ns);
   j.num("helper_pid", meta.helper_pid).num("poll_interval_ms", meta.poll_interval_ms);
   j.num("clock_offset_ns", meta.clock_offset_ns).end();
@@ -466,6 +471,7 @@ void Bridge::publish_meta() {
 bool Bridge::tick() {
   if (!still_holder()) return false;
   uint64_t now_rt = realtime_ns();
+  tick_ns_ = now_rt;
   auto now = std::chrono::steady_clock::now();
   detail_tick_ = ticks_ == 0 || now - detail_at_ >= std::chrono::milliseconds(o_.detail_interval_ms);
   if (detail_tick_) detail_at_ = now;

@@ -12,6 +12,7 @@
 #include "core/histogram.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/where.h"
 #include "graphics/frames.h"
 #include "graphics/graphics_collector.h"
 #include "trace/trace.h"
@@ -34,9 +35,9 @@ constexpr uint64_t kSettleNs = 200'000'000;
 
 class FramesView {
  public:
-  explicit FramesView(const FramesOptions& o) : o_(o) {}
+  explicit FramesView(const FramesOptions& o) : o_(o), where_(o.scope), table_(frames_table(where_)) {}
 
-  void frame(const Frame& f) {
+  void frame(const Frame& f, std::string_view comm) {
     auto& w = window_[{f.pid, f.api}];
     w.durations.add(f.duration_ns());
     w.submits += f.submits;
@@ -45,7 +46,7 @@ class FramesView {
     w.wait_ns += f.wait_ns;
     w.cuda_calls += f.cuda_calls;
     w.cuda_launches += f.cuda_launches;
-    if (o_.every_frame && o_.common.json) write_frame(f, "frame");
+    if (o_.every_frame && o_.common.json) write_frame(f, comm, "frame");
     if (o_.slowest == 0) return;
     slow_.push_back(f);
     std::sort(slow_.begin(), slow_.end(), [](auto& a, auto& b) { return a.duration_ns() > b.duration_ns(); });
@@ -63,6 +64,7 @@ class FramesView {
       if (window_.empty()) fmt::format_to(it, "no frames\n");
     }
     if (!o_.common.json && !window_.empty()) table_.header(out_.buf());
+    const uint64_t now = realtime_ns();
     for (auto& [key, w] : window_) {
       auto [pid, api] = key;
       auto p = t.processes().find(pid);
@@ -72,7 +74,9 @@ class FramesView {
                      max = w.durations.max();
       if (o_.common.json) {
         JsonLine j(out_.buf());
-        j.str("type", "frames").num("pid", pid).str("comm", comm).str("api", gfx_api_name(api));
+        j.record("frames", now);
+        where_.process(j, static_cast<pid_t>(pid), comm);
+        j.str("api", gfx_api_name(api));
         j.num("frames", w.durations.count()).real("fps", n / seconds, 2);
         j.num("p50_ns", p50).num("p95_ns", p95).num("p99_ns", p99).num("max_ns", max);
         j.num("submits", w.submits).num("cmd_buffers", w.cmd_buffers).num("waits", w.waits).num("wait_ns", w.wait_ns);
@@ -80,10 +84,12 @@ class FramesView {
         j.end();
       } else {
         table_.row(out_.buf(),
-                   {std::to_string(pid), comm, gfx_api_name(api), fmt::format("{:.1f}", n / seconds),
-                    std::to_string(w.durations.count()), ms(p50), ms(p95), ms(p99), ms(max), std::to_string(w.submits),
-                    std::to_string(w.cmd_buffers), fmt::format("{:.2f}", static_cast<double>(w.wait_ns) / 1e6 / n),
-                    std::to_string(w.cuda_launches)});
+                   where_.row({std::to_string(pid), comm, gfx_api_name(api), fmt::format("{:.1f}", n / seconds),
+                               std::to_string(w.durations.count()), ms(p50), ms(p95), ms(p99), ms(max),
+                               std::to_string(w.submits), std::to_string(w.cmd_buffers),
+                               fmt::format("{:.2f}", static_cast<double>(w.wait_ns) / 1e6 / n),
+                               std::to_string(w.cuda_launches)},
+                              kWhereAt, static_cast<pid_t>(pid)));
       }
     }
     if (!slow_.empty()) {
@@ -91,7 +97,7 @@ class FramesView {
       for (const Frame& f : slow_) {
         auto p = t.processes().find(f.pid);
         if (o_.common.json)
-          write_frame(f, "slow_frame");
+          write_frame(f, p == t.processes().end() ? "" : p->second.comm, "slow_frame");
         else
           fmt::format_to(it, "  {} {} {} #{}: {} ms: {}\n", f.pid, p == t.processes().end() ? "" : p->second.comm,
                          gfx_api_name(f.api), f.number, ms(f.duration_ns()), inside(f));
@@ -111,7 +117,9 @@ class FramesView {
       LatencyStats h{s.buckets, s.max_ns};
       if (o_.common.json) {
         JsonLine j(out_.buf());
-        j.str("type", "histogram").num("pid", pid).str("comm", p.comm).str("api", gfx_api_name(api));
+        j.record("histogram", realtime_ns());
+        where_.process(j, static_cast<pid_t>(pid), p.comm);
+        j.str("api", gfx_api_name(api));
         j.num("frames", s.frames).num("sum_ns", s.sum_ns).num("max_ns", s.max_ns).num("wait_ns", s.wait_ns);
         j.num("p50_ns", s.durations.at(0.5)).num("p95_ns", s.durations.at(0.95)).num("p99_ns", s.durations.at(0.99));
         j.begin_array("buckets");
@@ -127,21 +135,17 @@ class FramesView {
     }
     for (auto& [queue, q] : p.queues) {
       const double per = q.submits ? static_cast<double>(q.cmd_buffers) / static_cast<double>(q.submits) : 0;
-      if (o_.common.json)
-        JsonLine(out_.buf())
-            .str("type", "queue")
-            .num("pid", pid)
-            .str("comm", p.comm)
-            .hex("queue", queue)
-            .num("submits", q.submits)
-            .num("cmd_buffers", q.cmd_buffers)
-            .real("cmd_buffers_per_submit", per, 2)
-            .num("presents", q.presents)
-            .end();
-      else
+      if (o_.common.json) {
+        JsonLine j(out_.buf());
+        j.record("queue", realtime_ns());
+        where_.process(j, static_cast<pid_t>(pid), p.comm);
+        j.hex("queue", queue).num("submits", q.submits).num("cmd_buffers", q.cmd_buffers);
+        j.real("cmd_buffers_per_submit", per, 2).num("presents", q.presents).end();
+      } else {
         fmt::format_to(std::back_inserter(out_.buf()),
                        "pid {} ({}) queue 0x{:x}: {} submits, {} command buffers ({:.2f} a submit), {} presents\n", pid,
                        p.comm, queue, q.submits, q.cmd_buffers, per, q.presents);
+      }
     }
     memory(pid, p, exited);
   }
@@ -151,7 +155,9 @@ class FramesView {
     if (m.allocs == 0 && m.untracked_frees == 0) return;
     if (o_.common.json) {
       JsonLine j(out_.buf());
-      j.str("type", "memory").num("pid", pid).str("comm", p.comm).str("api", "vulkan").boolean("exited", exited);
+      j.record("memory", realtime_ns());
+      where_.process(j, static_cast<pid_t>(pid), p.comm);
+      j.str("api", "vulkan").boolean("exited", exited);
       j.num("outstanding_bytes", m.outstanding_bytes).num("allocations", m.live.size());
       j.num("allocs", m.allocs).num("frees", m.frees).num("alloc_failures", m.alloc_failures);
       j.num("untracked_frees", m.untracked_frees);
@@ -178,7 +184,7 @@ class FramesView {
     const uint64_t cuda_lost = cuda ? cuda->lost_ringbuf + cuda->lost_state : 0;
     if (o_.common.json) {
       JsonLine j(out_.buf());
-      j.str("type", "summary").num("events", s.delivered).num("lost_ringbuf", s.lost_ringbuf);
+      j.record("summary", realtime_ns()).num("events", s.delivered).num("lost_ringbuf", s.lost_ringbuf);
       j.num("lost_state", s.lost_state).num("content_dropped", content_dropped);
       if (cuda) j.num("cuda_events", cuda->delivered).num("cuda_lost", cuda_lost);
       j.end();
@@ -208,10 +214,13 @@ class FramesView {
     }
     return s;
   }
-  void write_frame(const Frame& f, const char* type) {
+  // ts_ns is the frame's start; start_boot_ns the same on CLOCK_BOOTTIME, as BPF stamps it.
+  void write_frame(const Frame& f, std::string_view comm, const char* type) {
     JsonLine j(out_.buf());
-    j.str("type", type).num("pid", f.pid).str("api", gfx_api_name(f.api)).num("number", f.number);
-    j.num("start_ns", f.start_ns).num("duration_ns", f.duration_ns());
+    j.record(type, static_cast<uint64_t>(static_cast<int64_t>(f.start_ns) + realtime_offset_));
+    where_.process(j, static_cast<pid_t>(f.pid), comm);
+    j.str("api", gfx_api_name(f.api)).num("number", f.number);
+    j.num("start_boot_ns", f.start_ns).num("duration_ns", f.duration_ns());
     j.num("submits", f.submits).num("cmd_buffers", f.cmd_buffers).num("waits", f.waits).num("wait_ns", f.wait_ns);
     j.num("cuda_calls", f.cuda_calls).num("cuda_launches", f.cuda_launches);
     j.begin_object("calls");
@@ -221,21 +230,30 @@ class FramesView {
     out_.flush_if_full();
   }
 
+  // Where the container columns go: after PID and COMM.
+  static constexpr size_t kWhereAt = 2;
+  static Table frames_table(const WhereView& w) {
+    return w.table({{"PID", 7},
+                    {"COMM", -16},
+                    {"API", -6},
+                    {"FPS", 7},
+                    {"FRAMES", 7},
+                    {"P50ms", 8},
+                    {"P95ms", 8},
+                    {"P99ms", 8},
+                    {"MAXms", 8},
+                    {"SUBMITS", 8},
+                    {"CMDBUFS", 8},
+                    {"WAITms/f", 9},
+                    {"LAUNCHES", 9}},
+                   kWhereAt);
+  }
+
   const FramesOptions& o_;
   Writer out_;
-  Table table_{{{"PID", 7},
-                {"COMM", -16},
-                {"API", -6},
-                {"FPS", 7},
-                {"FRAMES", 7},
-                {"P50ms", 8},
-                {"P95ms", 8},
-                {"P99ms", 8},
-                {"MAXms", 8},
-                {"SUBMITS", 8},
-                {"CMDBUFS", 8},
-                {"WAITms/f", 9},
-                {"LAUNCHES", 9}}};
+  WhereView where_;
+  Table table_;
+  const int64_t realtime_offset_ = realtime_minus_boottime_ns();
   std::map<std::pair<uint32_t, GfxApi>, Window> window_;
   std::vector<Frame> slow_;
 };
@@ -245,7 +263,10 @@ int run_frames(const FramesOptions& o) {
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
   FramesView view(o);
-  FrameTracker tracker([&](const Frame& f) { view.frame(f); });
+  FrameTracker tracker([&](const Frame& f) {
+    auto p = tracker.processes().find(f.pid);
+    view.frame(f, p == tracker.processes().end() ? "" : p->second.comm);
+  });
   GraphicsCollector gfx(session, {o.scope},
                         [&](const gs_gfx_event& e, std::string_view comm) { tracker.add(e, comm); });
   std::unique_ptr<TraceCollector> cuda;

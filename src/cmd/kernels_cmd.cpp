@@ -182,8 +182,8 @@ void KernelsView::print_row(const Row& r, double secs, bool exited, int64_t ts_n
   }
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "kernel").num("ts_ns", ts_ns).num("pid", r.pid).str("comm", comm);
-    where_.json(j, static_cast<pid_t>(r.pid));
+    j.record("kernel", static_cast<uint64_t>(ts_ns));
+    where_.process(j, static_cast<pid_t>(r.pid), comm);
     j.str("kernel", kernel);
     j.str("module", module)
         .str("kind", r.first->graph()              ? "graph"
@@ -324,5 +324,6 @@ void register_kernels(CLI::App& app) {
       "  gpuscope kernels -p 1234 --top 20\n"
       "  gpuscope kernels -c python3 --json --interval 5");
 }
+GPUSCOPE_COMMAND(register_kernels, 30);
 
 }  // namespace gpuscope

@@ -116,8 +116,8 @@ class MemleakView {
 void MemleakView::free_event(const MemleakFreeEvent& e) {
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", e.bad ? "bad_free" : "untracked_free").num("pid", e.pid).str("comm", e.comm);
-    where_.json(j, static_cast<pid_t>(e.pid));
+    j.record(e.bad ? "bad_free" : "untracked_free", realtime_ns());
+    where_.process(j, static_cast<pid_t>(e.pid), e.comm);
     j.str("addr", hex(e.addr)).str("api", api_symbol(e.api)).str("layer", layer_str(e.layer));
     if (e.bad) j.str("reason", reason_str(e.reason));
     if (e.ret) j.str("error", error_name(e.layer, e.ret));
@@ -132,8 +132,8 @@ void MemleakView::free_event(const MemleakFreeEvent& e) {
 void MemleakView::context_released(const MemleakContextRelease& c) {
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "context_released").num("pid", c.pid).str("comm", c.comm);
-    where_.json(j, static_cast<pid_t>(c.pid));
+    j.record("context_released", realtime_ns());
+    where_.process(j, static_cast<pid_t>(c.pid), c.comm);
     j.str("ctx", c.primary ? "primary" : hex(c.ctx))
         .boolean("primary", c.primary)
         .num("device", c.device)
@@ -170,8 +170,8 @@ void MemleakView::summary(const MemleakProcess& p) {
   const gs_ml_proc& c = p.counters;
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "summary").num("pid", p.pid).str("comm", p.comm);
-    where_.json(j, static_cast<pid_t>(p.pid));
+    j.record("summary", realtime_ns());
+    where_.process(j, static_cast<pid_t>(p.pid), p.comm);
     j.num("outstanding_bytes", c.outstanding_bytes);
     j.num("outstanding_allocs", c.outstanding_allocs).num("allocs_ok", c.allocs_ok);
     j.num("allocs_failed", c.allocs_failed).num("frees_ok", c.frees_ok).num("frees_failed", c.frees_failed);
@@ -218,8 +218,8 @@ void MemleakView::summary(const MemleakProcess& p) {
 
 void MemleakView::leak_json(const MemleakLeak& r) {
   JsonLine j(out_.buf());
-  j.str("type", "leak").num("pid", r.pid).str("comm", r.comm);
-  where_.json(j, static_cast<pid_t>(r.pid));
+  j.record("leak", realtime_ns());
+  where_.process(j, static_cast<pid_t>(r.pid), r.comm);
   j.str("addr", hex(r.addr))
       .num("size", r.size)
       .num("age_ns", r.age_ns)
@@ -287,7 +287,7 @@ void MemleakView::interval(const MemleakSnapshot& s) {
 void MemleakView::drops(const MemleakCollector::Stats& d, const SessionStats& st) {
   if (o_.common.json) {
     JsonLine j(out_.buf());
-    j.str("type", "drops").num("allocs_not_recorded_map_full", d.allocs_map_full);
+    j.record("drops", realtime_ns()).num("allocs_not_recorded_map_full", d.allocs_map_full);
     j.num("calls_untracked_process_map_full", d.procs_map_full).num("events_lost_ringbuf_full", d.events_lost);
     j.num("calls_without_thread_state", d.no_thread_state).num("stacks_lost", d.stacks_lost);
     j.num("error_codes_not_recorded", d.error_codes_lost).num("py_chains_truncated", d.py.truncated);
@@ -325,8 +325,8 @@ void MemleakView::vulkan(uint32_t pid, const GfxProcess& p, const std::string& s
     total += b->size_bytes;
     if (!o_.common.json) continue;
     JsonLine j(out_.buf());
-    j.str("type", "leak").num("pid", pid).str("comm", p.comm);
-    where_.json(j, static_cast<pid_t>(pid));
+    j.record("leak", realtime_ns());
+    where_.process(j, static_cast<pid_t>(pid), p.comm);
     j.str("addr", hex(h)).num("size", b->size_bytes).num("age_ns", age).str("api", "vkAllocateMemory");
     j.num("device", -1).begin_array("stack").end_array();
     j.str("layer", "vulkan").str("category", "vulkan").str("state", state).num("memory_type", b->mem_type).end();
@@ -436,5 +436,6 @@ void register_memleak(CLI::App& app) {
       "  gpuscope memleak -p 1234 --min-age 60   # also list allocations older than a minute\n"
       "  gpuscope memleak -c python3 --stacks --json");
 }
+GPUSCOPE_COMMAND(register_memleak, 40);
 
 }  // namespace gpuscope

@@ -8,12 +8,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/output.h"
 #include "core/system.h"
+#include "core/where.h"
 #include "gputime/gputime_collector.h"
 
 namespace gpuscope {
@@ -114,7 +117,12 @@ int run_run(const RunOptions& o) {
   const int code = wait_for(child, o);
   if (o.common.json) {
     Writer w;
-    JsonLine(w.buf()).str("type", "summary").num("pid", child).num("exit_code", code).str("library", lib).end();
+    JsonLine j(w.buf());
+    j.record("summary", realtime_ns());
+    // The command has gone: it ran in our cgroup, under the name exec gives it.
+    const std::string comm = std::filesystem::path(o.cmd[0]).filename().string().substr(0, 15);
+    put_process_fields(j, static_cast<uint32_t>(child), comm, WhereView(Scope{}).of(getpid()));
+    j.num("exit_code", code).str("library", lib).end();
   }
   return code;
 }
@@ -134,5 +142,6 @@ void register_run(CLI::App& app) {
       "  gpuscope run -- python3 train.py\n"
       "  gpuscope run --flush-ms 50 -- ./app   # then: gpuscope kernels -c app, gpuscope timeline -c app");
 }
+GPUSCOPE_COMMAND(register_run, 120);
 
 }  // namespace gpuscope

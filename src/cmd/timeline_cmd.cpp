@@ -10,6 +10,7 @@
 #include "bridge/pin_dir.h"
 #include "bridge/reader.h"
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
 #include "core/output.h"
@@ -137,7 +138,7 @@ void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineSt
   Writer w;
   if (o.common.json) {
     JsonLine j(w.buf());
-    j.str("type", "summary").str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
+    j.record("summary", realtime_ns()).str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
     j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
     j.num("graphics_spans", st.graphics_spans).num("frames", st.frame_spans);
     j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
@@ -226,5 +227,6 @@ void register_timeline(CLI::App& app) {
       "GPU spans need the workload to run with CUDA_INJECTION64_PATH=<dir of gpuscope>/libgpuscope-cupti.so\n"
       "(gpuscope run -- CMD sets it); device counters need gpuscope bridge running.");
 }
+GPUSCOPE_COMMAND(register_timeline, 110);
 
 }  // namespace gpuscope

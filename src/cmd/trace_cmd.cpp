@@ -46,7 +46,7 @@ class TraceView {
   void summary(const TraceCollector::Stats& t, const SessionStats& s) {
     if (o_.common.json) {
       JsonLine j(out_.buf());
-      j.str("type", "summary").num("events", t.delivered).num("lost", t.lost_ringbuf);
+      j.record("summary", realtime_ns()).num("events", t.delivered).num("lost", t.lost_ringbuf);
       j.num("lost_ringbuf_full", t.lost_ringbuf).num("untracked_calls_state_full", t.lost_state);
       j.num("objects", s.objects).num("probes", s.probes).num("attach_failures", s.attach_failures);
       j.num("attach_retries", s.attach_retries).num("notices_lost", s.notices_lost).end();
@@ -122,5 +122,6 @@ void register_trace(CLI::App& app) {
       "  gpuscope trace --api cudaMalloc,cuMemAlloc_v2 -d 10\n"
       "  gpuscope trace --layer driver -c python3");
 }
+GPUSCOPE_COMMAND(register_trace, 10);
 
 }  // namespace gpuscope

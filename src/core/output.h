@@ -20,7 +20,7 @@ char* json_escape_to(char* p, std::string_view s);
 // Prometheus labels) uses it, so that one process name reads the same everywhere.
 std::string utf8_valid(std::string_view s);
 
-// One JSON object per line: JsonLine(buf).str("type", "x").num("n", 1).end(). Nested arrays
+// One JSON object per line: JsonLine(buf).record("x", ts_ns).num("n", 1).end(). Nested arrays
 // and objects open with begin_array/begin_object(key) and close with end_array/end_object;
 // inside an array, values take no key (the overloads without one).
 class JsonLine {
@@ -29,6 +29,10 @@ class JsonLine {
     ensure(512);
     *p_++ = '{';
   }
+  // The head of every line (docs/json.md): its type, and ts_ns, the time it speaks of in
+  // nanoseconds since the Unix epoch (CLOCK_REALTIME), so that lines of every subcommand sort
+  // on one clock.
+  JsonLine& record(std::string_view type, uint64_t ts_ns) { return str("type", type).num("ts_ns", ts_ns); }
   JsonLine& str(std::string_view k, std::string_view v) {
     key(k);
     return str_value(v);

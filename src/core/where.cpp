@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/system.h"
+
 namespace gpuscope {
 
 WhereView::WhereView(const Scope& scope, bool wide)
@@ -60,9 +62,25 @@ std::vector<std::string> WhereView::row(std::vector<std::string> cells, size_t a
   return cells;
 }
 
-void WhereView::json(JsonLine& j, pid_t pid, uint64_t cgroup_id) { put_container_fields(j, of(pid, cgroup_id)); }
+void WhereView::process(JsonLine& j, pid_t pid, std::string_view comm, uint64_t cgroup_id) {
+  const ContainerInfo& c = of(pid, cgroup_id);
+  put_process_fields(j, static_cast<uint32_t>(pid), comm.empty() ? std::string_view(comm_of(pid)) : comm, c);
+}
 
-void put_container_fields(JsonLine& j, const ContainerInfo& c) {
+const std::string& WhereView::comm_of(pid_t pid) {
+  auto it = comms_.find(pid);
+  if (it != comms_.end()) return it->second;
+  if (comms_.size() >= ProcessContainers::kMaxProcesses) comms_.clear();
+  std::string c = proc_comm(pid);
+  if (c.empty()) {
+    static const std::string gone;
+    return gone;  // not kept, as in of()
+  }
+  return comms_.emplace(pid, std::move(c)).first->second;
+}
+
+void put_process_fields(JsonLine& j, uint32_t pid, std::string_view comm, const ContainerInfo& c) {
+  j.num("pid", pid).str("comm", comm);
   j.str("container", c.display()).str("container_id", c.container_id).str("pod", c.pod).str("namespace", c.ns);
 }
 

@@ -1,11 +1,13 @@
 #pragma once
 // The container of a process beside its pid, in every view: the CONTAINER column, and POD and
 // NAMESPACE on a Kubernetes node (the kubelet's pod directory readable) or with `wide`; the
-// container, container_id, pod and namespace fields of every JSON line that has a pid.
+// pid, comm, container, container_id, pod and namespace fields of every JSON line about a process
+// (docs/json.md).
 // Names come from the scope's resolver (core/containers.h), kept per pid for the view's life.
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -25,7 +27,10 @@ class WhereView {
   // The cells of columns(), in order: the name (else the short id), "host", or "-" when the
   // process could not be read.
   void cells_of(pid_t pid, std::vector<std::string>& out, uint64_t cgroup_id = 0);
-  void json(JsonLine& j, pid_t pid, uint64_t cgroup_id = 0);
+  // The fields of every JSON line about a process: pid, comm (where not given, read from /proc
+  // once and kept, so that a process that has gone is still named), container, container_id,
+  // pod, namespace.
+  void process(JsonLine& j, pid_t pid, std::string_view comm, uint64_t cgroup_id = 0);
   // The columns' names, and a process's cells, each padded and followed by a space, for views
   // that format their own rows.
   void put_header(fmt::memory_buffer& out) const;
@@ -40,10 +45,12 @@ class WhereView {
   std::vector<Table::Column> cols_;
   std::vector<std::string> cells_;
   std::unordered_map<pid_t, ContainerInfo> seen_;
+  std::unordered_map<pid_t, std::string> comms_;
+  const std::string& comm_of(pid_t pid);
 };
 
-// The four JSON fields of a process's container: container ("host" outside one), container_id,
-// pod, namespace ("" where none).
-void put_container_fields(JsonLine& j, const ContainerInfo& c);
+// pid, comm and the four fields of a process's container: container ("host" outside one, ""
+// where its cgroup could not be read), container_id, pod, namespace ("" where none).
+void put_process_fields(JsonLine& j, uint32_t pid, std::string_view comm, const ContainerInfo& c);
 
 }  // namespace gpuscope

@@ -26,11 +26,13 @@
 
 #include "common/loadable.h"
 #include "core/bpf.h"
+#include "core/clock.h"
 #include "core/discovery.h"
 #include "core/cuda_api.h"
 #include "core/output.h"
 #include "core/proc_maps.h"
 #include "core/system.h"
+#include "core/where.h"
 
 namespace gpuscope {
 
@@ -407,19 +409,19 @@ std::vector<Sub> judge(const Doctor& d) {
 void print_json(const Doctor& d, const std::vector<Library>& libs, const std::vector<Sub>& subs) {
   Writer w;
   auto& b = w.buf();
+  WhereView view{Scope{}};
+  const uint64_t now = realtime_ns();
   for (auto& c : d.checks)
-    JsonLine(b).str("type", "check").str("name", c.name).boolean("ok", c.ok).str("detail", c.detail).end();
+    JsonLine(b).record("check", now).str("name", c.name).boolean("ok", c.ok).str("detail", c.detail).end();
   for (auto& l : libs) {
     JsonLine j(b);
-    j.str("type", "library").str("path", l.path);
-    if (l.pid)
-      j.num("pid", l.pid);
-    else
-      j.null("pid");
+    j.record("library", now);
+    if (l.pid) view.process(j, l.pid, {});
+    j.str("path", l.path);
     j.str("where", where(l)).num("api_symbols", l.symbols).boolean("static_cudart", l.static_cudart).end();
   }
   for (auto& s : subs)
-    JsonLine(b).str("type", "subcommand").str("name", s.name).str("status", s.status).str("reason", s.reason).end();
+    JsonLine(b).record("subcommand", now).str("name", s.name).str("status", s.status).str("reason", s.reason).end();
 }
 
 void print_text(const Doctor& d, const std::vector<Library>& libs, const std::vector<Sub>& subs) {

@@ -29,9 +29,10 @@ std::string IoctlView::shown(uint32_t rdev) const {
   return d == drivers_.end() ? device(rdev) : device(rdev) + " (" + d->second + ")";
 }
 
-void IoctlView::head(JsonLine& j, const char* type, uint32_t pid, std::string_view comm, uint32_t rdev) {
-  j.str("type", type).num("pid", pid).str("comm", comm);
-  where_.json(j, static_cast<pid_t>(pid));
+void IoctlView::head(JsonLine& j, const char* type, uint64_t ts_ns, uint32_t pid, std::string_view comm,
+                     uint32_t rdev) {
+  j.record(type, ts_ns);
+  where_.process(j, static_cast<pid_t>(pid), comm);
   j.str("dev", dev_str(rdev)).str("device", device(rdev));
   if (auto d = drivers_.find(rdev); d != drivers_.end()) j.str("driver", d->second);
 }
@@ -44,8 +45,9 @@ void IoctlView::event(const void* data, size_t size) {
   std::string_view comm(e.comm, strnlen(e.comm, sizeof e.comm));
   if (o_.json) {
     JsonLine j(out_.buf());
-    head(j, "ioctl_event", e.pid, comm, e.rdev);
-    j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + realtime_offset_).num("tid", e.tid);
+    head(j, "ioctl_event", static_cast<uint64_t>(static_cast<int64_t>(e.ts_boot_ns) + realtime_offset_), e.pid, comm,
+         e.rdev);
+    j.num("tid", e.tid);
     j.hex("request", e.request).str("name", req.name).num("ret", e.ret).num("dur_ns", e.dur_ns);
     j.end();
   } else {
@@ -104,15 +106,16 @@ IoctlView::Deltas IoctlView::deltas(const IoctlSnapshot& snap) {
 }
 
 void IoctlView::json(const Deltas& d) {
+  const uint64_t now = realtime_ns();
   for (auto& [k, v] : d.opens) {
     JsonLine j(out_.buf());
-    head(j, "open", k.pid, comm_of(v), k.rdev);
+    head(j, "open", now, k.pid, comm_of(v), k.rdev);
     j.num("count", v.count).num("first_ts_ns", static_cast<int64_t>(v.first_boot_ns) + realtime_offset_).end();
   }
   for (auto& [k, v] : d.ioctls) {
     auto r = decode_ioctl(kmajor(k.rdev), o_.uvm_major, k.request);
     JsonLine j(out_.buf());
-    head(j, "ioctl", k.pid, comm_of(v), k.rdev);
+    head(j, "ioctl", now, k.pid, comm_of(v), k.rdev);
     j.hex("request", k.request).str("name", r.name);
     if (r.ioc) j.str("dir", ioc_dir_name(r.dir)).num("ioc_type", r.type).num("nr", r.nr).num("size", r.size);
     j.num("count", v.count).num("errors", v.errors).num("total_ns", v.total_ns).num("max_ns", v.max_ns);
@@ -120,7 +123,7 @@ void IoctlView::json(const Deltas& d) {
   }
   for (auto& [k, v] : d.mmaps) {
     JsonLine j(out_.buf());
-    head(j, "mmap", k.pid, comm_of(v), k.rdev);
+    head(j, "mmap", now, k.pid, comm_of(v), k.rdev);
     j.num("count", v.count).num("bytes", v.bytes).end();
   }
 }

@@ -43,8 +43,8 @@ class IoctlView {
   void table(const Deltas& d);
   std::string device(uint32_t rdev) const;
   std::string shown(uint32_t rdev) const;  // the device, and its DRM driver where known
-  // A row's type, process, where and device (with "driver" where known).
-  void head(JsonLine& j, const char* type, uint32_t pid, std::string_view comm, uint32_t rdev);
+  // A row's type and time, process, where and device (with "driver" where known).
+  void head(JsonLine& j, const char* type, uint64_t ts_ns, uint32_t pid, std::string_view comm, uint32_t rdev);
 
   Options o_;
   WhereView where_;

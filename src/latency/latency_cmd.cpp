@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
 #include "core/output.h"
@@ -60,6 +61,7 @@ class LatencyView {
   WhereView where_{o_.scope};
   Writer out_;
   LatencySnapshot prev_;
+  uint64_t now_ns_ = 0;  // the ts_ns of this print's lines
 };
 
 // Calls of one return code since the previous snapshot's row (none: all of them).
@@ -77,11 +79,8 @@ const LatencyRow* LatencyView::prev_row(const LatencySnapshot::Key& key) const {
 void LatencyView::write_json(const LatencySnapshot::Key& key, const LatencyStats& s) {
   auto [pid, api] = key;
   JsonLine j(out_.buf());
-  j.str("type", "latency");
-  if (o_.per_process) {
-    j.num("pid", pid);
-    where_.json(j, static_cast<pid_t>(pid));
-  }
+  j.record("latency", now_ns_);
+  if (o_.per_process) where_.process(j, static_cast<pid_t>(pid), {});
   j.str("api", api_symbol(api)).str("layer", layer_name(api_desc(api).layer));
   unsigned first = kLatBuckets, last = 0;
   for (unsigned i = 0; i < kLatBuckets; i++)
@@ -123,11 +122,8 @@ void LatencyView::write_errors_json(const LatencySnapshot& now) {
       uint64_t d = ret_delta(old, ret, n);
       if (!d) continue;
       JsonLine j(out_.buf());
-      j.str("type", "errors");
-      if (o_.per_process) {
-        j.num("pid", pid);
-        where_.json(j, static_cast<pid_t>(pid));
-      }
+      j.record("errors", now_ns_);
+      if (o_.per_process) where_.process(j, static_cast<pid_t>(pid), {});
       j.str("api", api_symbol(api)).num("ret", ret).str("ret_name", latency_ret_name(api, ret)).num("count", d);
       j.end();
     }
@@ -137,6 +133,7 @@ void LatencyView::write_errors_json(const LatencySnapshot& now) {
 void LatencyView::print(const LatencySnapshot& now, bool final, const LatencyCollector::Stats* stats) {
   auto it = std::back_inserter(out_.buf());
   bool any = false;
+  now_ns_ = realtime_ns();
   if (!o_.common.json && o_.interval_s > 0) {
     time_t t = time(nullptr);
     struct tm tm;
@@ -173,7 +170,7 @@ void LatencyView::print_probes(const std::vector<LatencySiteCounts>& sites) {
     const uint64_t timed = c.timed();
     if (o_.common.json) {
       JsonLine(out_.buf())
-          .str("type", "probes")
+          .record("probes", realtime_ns())
           .str("api", api_symbol(api))
           .str("layer", layer_name(api_desc(api).layer))
           .num("entries", c.entries)
@@ -240,5 +237,6 @@ void register_latency(CLI::App& app) {
       "  gpuscope latency --api cudaMalloc --interval 1 --per-process\n"
       "  gpuscope latency -p 1234 --json");
 }
+GPUSCOPE_COMMAND(register_latency, 20);
 
 }  // namespace gpuscope

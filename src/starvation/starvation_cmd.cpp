@@ -11,6 +11,7 @@
 #include "bridge/nvml.h"
 #include "bridge/pin_dir.h"
 #include "core/bpf.h"
+#include "core/clock.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -61,13 +62,14 @@ void StarvationView::show(StarvationReport r) {
     table_.header(buf);
     header_done_ = true;
   }
+  const uint64_t now = realtime_ns();
   for (auto& row : r.rows) {
     rows_++;
     if (o_.common.json) {
       JsonLine j(buf);
-      j.str("type", "starvation").num("pid", row.pid).num("tid", row.tid).str("comm", row.comm);
-      j.str("thread", row.thread);
-      where_.json(j, static_cast<pid_t>(row.pid));
+      j.record("starvation", now);
+      where_.process(j, static_cast<pid_t>(row.pid), row.comm);
+      j.num("tid", row.tid).str("thread", row.thread);
       j.num("cpu_time_ns", row.cpu_time_ns);
       j.num("idle_ns", row.idle_ns).num("hit_count", row.hit_count);
       string_array(j, "ustack", row.ustack);

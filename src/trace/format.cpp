@@ -79,10 +79,15 @@ static void put_ret_name(JsonLine& j, const gs_call_event& e) {
 
 void format_event_json(const gs_call_event& e, FormatContext& ctx, fmt::memory_buffer& out) {
   JsonLine j(out);
-  if (ctx.timestamps) j.num("ts_ns", static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns);
-  j.num("pid", e.pid).num("tid", e.tid).str("comm", comm_view(e.comm)).str("thread", comm_view(e.thread));
+  j.record("call", static_cast<uint64_t>(static_cast<int64_t>(e.ts_boot_ns) + ctx.realtime_offset_ns));
+  if (ctx.where) {
+    ctx.where->process(j, static_cast<pid_t>(e.pid), comm_view(e.comm), e.cgroup_id);
+  } else {
+    static const ContainerInfo unknown;
+    put_process_fields(j, e.pid, comm_view(e.comm), unknown);
+  }
+  j.num("tid", e.tid).str("thread", comm_view(e.thread));
   if (ctx.cgroups) j.str("cgroup", ctx.cgroups->path(e.cgroup_id));
-  if (ctx.where) ctx.where->json(j, static_cast<pid_t>(e.pid), e.cgroup_id);
   j.str("layer", layer_name(e.layer)).str("api", api_symbol(e.api));
   j.str("phase", e.phase == GS_PHASE_ENTER ? "enter" : "exit");
   if (e.phase == GS_PHASE_EXIT) {

@@ -1,5 +1,6 @@
 // gpuscope uvm: nvidia-uvm's fault servicing and thrashing addresses, every interval.
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
@@ -35,15 +36,16 @@ void UvmView::print(UvmSnapshot s) {
   }
   if (s.thrashing.size() > o_.top) s.thrashing.resize(o_.top);
   if (o_.common.json) {
+    const uint64_t now = realtime_ns();
     JsonLine(out_.buf())
-        .str("type", "uvm")
+        .record("uvm", now)
         .num("replayable_fault_batches", d[GS_UVM_REPLAYABLE])
         .num("non_replayable_fault_batches", d[GS_UVM_NON_REPLAYABLE])
         .num("thrashing_events", d[GS_UVM_THRASHING])
         .end();
     for (auto& t : s.thrashing)
       JsonLine(out_.buf())
-          .str("type", "thrashing")
+          .record("thrashing", now)
           .hex("address", t.address)
           .num("count", t.count)
           .num("last_pid", t.last_pid)
@@ -81,5 +83,6 @@ void register_uvm(CLI::App& app) {
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
   add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
 }
+GPUSCOPE_COMMAND(register_uvm, 60);
 
 }  // namespace gpuscope

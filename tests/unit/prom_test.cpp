@@ -163,7 +163,7 @@ TEST_F(Labels, DockerAndHost) {
   EXPECT_EQ(d.pod, "");
   EXPECT_EQ(d.ns, "");
   auto h = labels_from_cgroup("0::/user.slice/user-0.slice/session-3.scope\n", root_ + "/pods");
-  EXPECT_EQ(h.container, "");
+  EXPECT_EQ(h.container, "host");
   EXPECT_EQ(h.pod, "");
   // A pod whose log directory is not there: its container id, no names.
   auto p = labels_from_cgroup("0::/kubepods/pod12345678-1234-1234-1234-123456789012/" + kId + "\n", root_ + "/pods");

@@ -10,10 +10,12 @@
 #include "cmd/agent/collectors/registry.h"
 #include "cmd/agent/http.h"
 #include "core/cli.h"
+#include "core/clock.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/uprobe_session.h"
+#include "core/where.h"
 
 namespace gpuscope {
 
@@ -113,11 +115,18 @@ int run_agent(AgentCommand& a) {
   session.set_full_rescan_period(std::chrono::seconds(15));
   EventLoop loop(o.common.duration_s);
   agent.start(&loop);
+  WhereView where(o.scope);
   if (o.common.json)
-    agent.on_anomaly([](const AnomalyEvent& e) {
+    agent.on_anomaly([&where](const AnomalyEvent& e) {
       json_line([&](JsonLine& j) {
-        j.str("type", "anomaly").str("rule", e.rule).num("pid", e.pid).str("comm", e.comm);
-        j.num("bytes", e.bytes).num("other_pid", e.other_pid).str("api", e.api).real("rate_per_s", e.rate_per_s, 1);
+        j.record("anomaly", static_cast<uint64_t>(e.time_s * 1e9));
+        // error_burst is counted per API, over every process.
+        if (e.pid) where.process(j, static_cast<pid_t>(e.pid), e.comm);
+        j.str("rule", e.rule)
+            .num("bytes", e.bytes)
+            .num("other_pid", e.other_pid)
+            .str("api", e.api)
+            .real("rate_per_s", e.rate_per_s, 1);
         j.str("detail", e.detail);
       });
     });
@@ -134,7 +143,7 @@ int run_agent(AgentCommand& a) {
   std::string up = agent.running_names();
   if (o.common.json)
     json_line([&](JsonLine& j) {
-      j.str("type", "agent").str("listen", o.listen).num("port", http->port()).str("collectors", up);
+      j.record("agent", realtime_ns()).str("listen", o.listen).num("port", http->port()).str("collectors", up);
       j.num("probes", st.probes);
     });
   fprintf(stderr,
@@ -146,7 +155,7 @@ int run_agent(AgentCommand& a) {
   http.reset();
   if (o.common.json)
     json_line([&](JsonLine& j) {
-      j.str("type", "agent_end").num("series", agent.series()).real("render_s", agent.render_s(), 6);
+      j.record("agent_end", realtime_ns()).num("series", agent.series()).real("render_s", agent.render_s(), 6);
     });
   return 0;
 }
@@ -212,5 +221,6 @@ void register_agent(CLI::App& app) {
       "  curl -s 127.0.0.1:9400/api/health");
   add_command(cmd, [a] { return run_agent(*a); });
 }
+GPUSCOPE_COMMAND(register_agent, 100);
 
 }  // namespace gpuscope

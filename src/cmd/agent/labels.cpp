@@ -2,10 +2,7 @@
 
 namespace gpuscope {
 
-ProcLabels labels_of(const ContainerInfo& c) {
-  if (!c.in_container) return {};
-  return {c.display(), c.pod, c.ns};
-}
+ProcLabels labels_of(const ContainerInfo& c) { return {c.display(), c.pod, c.ns}; }
 
 ProcLabels labels_from_cgroup(const std::string& cgroup, const std::string& pods_dir) {
   ContainerResolver r(ContainerPaths::with_pods_dir(pods_dir));

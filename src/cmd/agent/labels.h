@@ -8,7 +8,9 @@
 namespace gpuscope {
 
 struct ProcLabels {
-  std::string container;  // the container's name, else its id's first 12 digits; "" on the host
+  // As in JSON lines: the container's name, else its id's first 12 digits; "host" on the host;
+  // "" where the process's cgroup could not be read.
+  std::string container;
   std::string pod;
   std::string ns;  // Kubernetes namespace
 };

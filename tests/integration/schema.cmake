@@ -1,0 +1,5 @@
+# One JSON schema for every subcommand (docs/json.md): each one's --json against real processes.
+# Included from tests/CMakeLists.txt after bridge, starvation and graphics (their fixtures).
+gstest_integration(schema_test 120 DEPS standin_app nvml_standin starv_fixture graphics_fixtures gpuscope_cupti
+  DEFS NVML_STANDIN="$<TARGET_FILE:nvml_standin>" STARV_FIXTURE="$<TARGET_FILE:starv_fixture>"
+       GRAPHICS_FIXTURE_DIR="${GS_GRAPHICS_FIXTURES}")
