@@ -7,18 +7,6 @@
 #include "core/cli.h"
 #include "core/system.h"
 
-// Each subcommand registers itself (register_NAME): its flags, and what runs it. In help order.
-// clang-format off
-#define GPUSCOPE_COMMANDS(X) \
-  X(trace) X(latency) X(kernels) X(memleak) X(ioctl) X(uvm) X(starvation) X(bridge) X(doctor) X(agent) \
-  X(timeline) X(run) X(frames)
-// clang-format on
-
-namespace gpuscope {
-#define GPUSCOPE_DECLARE(name) void register_##name(CLI::App&);
-GPUSCOPE_COMMANDS(GPUSCOPE_DECLARE)
-}  // namespace gpuscope
-
 using namespace gpuscope;
 
 namespace {
@@ -51,8 +39,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuscope: eBPF observability for CUDA workloads"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuscope 0.1.0");
-#define GPUSCOPE_REGISTER(name) register_##name(app);
-  GPUSCOPE_COMMANDS(GPUSCOPE_REGISTER)
+  add_registered_commands(app);  // each subcommand registers itself (GPUSCOPE_COMMAND)
   label_values(app);
 
   const std::vector<std::string> args(argv + 1, argv + argc);

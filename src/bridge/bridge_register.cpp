@@ -26,5 +26,6 @@ void register_bridge(CLI::App& app) {
       "  gpuscope bridge --pin-dir /sys/fs/bpf/gpu --poll-interval-ms 50");
   add_command(cmd, [=] { return run_bridge(with_shared(*o, *common, nullptr)); });
 }
+GPUSCOPE_COMMAND(register_bridge, 80);
 
 }  // namespace gpuscope

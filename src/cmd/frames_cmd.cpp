@@ -352,3 +352,4 @@ void register_frames(CLI::App& app) {
 }
 
 }  // namespace gpuscope
+GPUSCOPE_COMMAND(register_frames, 130);

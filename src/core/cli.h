@@ -89,6 +89,16 @@ Options& with_shared(Options& o, const CommonFlags& c, const Scope* s = nullptr)
 // A subcommand and what runs it once it is parsed.
 void add_command(CLI::App* sub, std::function<int()> run);
 
+// Subcommands register themselves: `GPUSCOPE_COMMAND(register_trace, 10);` at namespace scope
+// in the file that defines register_trace, and main adds them all, lowest `order` first (help
+// order). CMake links the subcommands' sources into the binary as objects (gpuscope_command), so
+// the registrations run and no list names them.
+using CommandAdder = void (*)(CLI::App&);
+bool register_command(int order, CommandAdder add);
+void add_registered_commands(CLI::App& app);
+#define GPUSCOPE_COMMAND(adder, order) \
+  [[maybe_unused]] static const bool gs_command_##adder = ::gpuscope::register_command(order, adder)
+
 // A subcommand run by run(options) once parsed, with -d/--json/-v into options.common and, where
 // Options has a `scope`, -p/-c (and --lib with `libs`). Returns the subcommand, for its own flags,
 // and the options they fill (held by the command registry until exit).

@@ -12,5 +12,6 @@ void register_doctor(CLI::App& app) {
   add_output_flags(cmd, *common);  // a one-shot check: no -d
   add_command(cmd, [=] { return run_doctor(common->json); });
 }
+GPUSCOPE_COMMAND(register_doctor, 90);
 
 }  // namespace gpuscope

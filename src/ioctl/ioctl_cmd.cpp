@@ -74,5 +74,6 @@ void register_ioctl(CLI::App& app) {
       "  gpuscope ioctl -p 1234 --events --json\n"
       "  gpuscope ioctl -c python3");
 }
+GPUSCOPE_COMMAND(register_ioctl, 50);
 
 }  // namespace gpuscope

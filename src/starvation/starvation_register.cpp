@@ -37,5 +37,6 @@ void register_starvation(CLI::App& app) {
       "  gpuscope starvation -p 1234 --collect-ustack --json\n"
       "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
 }
+GPUSCOPE_COMMAND(register_starvation, 70);
 
 }  // namespace gpuscope

@@ -4,7 +4,7 @@ find_library(LIBMICROHTTPD_A NAMES libmicrohttpd.a REQUIRED)
 # Its own archive, linked after libmicrohttpd.a, whose references it satisfies.
 add_library(gpuscope_tls_stubs STATIC ${CMAKE_CURRENT_LIST_DIR}/gnutls_stubs.c)
 file(GLOB GPUSCOPE_AGENT_COLLECTORS CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/collectors/*.cpp)
-add_library(gpuscope_agent STATIC ${CMAKE_CURRENT_LIST_DIR}/agent.cpp ${CMAKE_CURRENT_LIST_DIR}/agent_cmd.cpp
+add_library(gpuscope_agent STATIC ${CMAKE_CURRENT_LIST_DIR}/agent.cpp
   ${CMAKE_CURRENT_LIST_DIR}/processes.cpp ${CMAKE_CURRENT_LIST_DIR}/prom.cpp ${CMAKE_CURRENT_LIST_DIR}/http.cpp
   ${CMAKE_CURRENT_LIST_DIR}/labels.cpp ${CMAKE_CURRENT_LIST_DIR}/devices.cpp ${CMAKE_CURRENT_LIST_DIR}/anomaly.cpp
   ${CMAKE_CURRENT_LIST_DIR}/governor.cpp ${GPUSCOPE_AGENT_COLLECTORS})
@@ -12,3 +12,4 @@ target_link_libraries(gpuscope_agent PUBLIC gpuscope_kernels gpuscope_memleak gp
   gpuscope_starvation gpuscope_bridge gpuscope_graphics ${LIBMICROHTTPD_A}
   gpuscope_tls_stubs pthread dl)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_agent)
+gpuscope_command(agent SOURCES ${CMAKE_CURRENT_LIST_DIR}/agent_cmd.cpp LIBS gpuscope_agent)
