@@ -3,7 +3,7 @@
 // a name and flags, says what it needs from the host, starts on the shared uprobe session, takes
 // a snapshot at each refresh, and writes its own series, JSON fields, endpoints, health and loss
 // counters. The agent is a registry of them and a loop (agent.h); adding one is a file in
-// collectors/ and a line in collectors/registry.h.
+// collectors/ that registers itself (GPUSCOPE_AGENT_COLLECTOR, collectors/registry.h).
 #include <cstdint>
 #include <functional>
 #include <map>

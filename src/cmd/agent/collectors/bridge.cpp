@@ -188,5 +188,6 @@ class BridgeAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_bridge_collector() { return std::make_unique<BridgeAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_bridge_collector, 60);
 
 }  // namespace gpuscope

@@ -206,5 +206,6 @@ const GpuTimeOfProcess* gputime_of(const AgentCollector* collector, uint64_t pro
 }
 
 std::unique_ptr<AgentCollector> make_gputime_collector() { return std::make_unique<GpuTimeAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_gputime_collector, 50);
 
 }  // namespace gpuscope

@@ -176,4 +176,5 @@ class GraphicsAgent final : public AgentCollector {
 
 std::unique_ptr<AgentCollector> make_graphics_collector() { return std::make_unique<GraphicsAgent>(); }
 
+GPUSCOPE_AGENT_COLLECTOR(make_graphics_collector, 80);
 }  // namespace gpuscope

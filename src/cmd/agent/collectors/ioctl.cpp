@@ -113,5 +113,6 @@ class IoctlAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_ioctl_collector() { return std::make_unique<IoctlAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_ioctl_collector, 40);
 
 }  // namespace gpuscope

@@ -218,6 +218,7 @@ class KernelsAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_kernels_collector() { return std::make_unique<KernelsAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_kernels_collector, 10);
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows) {
   return std::make_unique<KernelsAgent>(std::move(rows));
 }

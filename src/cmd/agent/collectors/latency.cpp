@@ -128,5 +128,6 @@ class LatencyAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_latency_collector() { return std::make_unique<LatencyAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_latency_collector, 30);
 
 }  // namespace gpuscope

@@ -198,5 +198,6 @@ class MemleakAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_memleak_collector() { return std::make_unique<MemleakAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_memleak_collector, 20);
 
 }  // namespace gpuscope

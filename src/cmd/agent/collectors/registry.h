@@ -1,6 +1,7 @@
 #pragma once
-// Every collector the agent can run, in the order they load, refresh and are listed. A new
-// collector is a file in this folder defining make_<name>_collector(), and its line here.
+// Every collector the agent can run registers itself: GPUSCOPE_AGENT_COLLECTOR(make_<name>_collector,
+// ORDER) in the file that defines it. They load, refresh and are listed lowest ORDER first
+// (latency's after kernels', whose launch programs it times through).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -8,37 +9,24 @@
 
 #include "cmd/agent/collector.h"
 
-#define GS_AGENT_COLLECTORS(X) \
-  X(kernels)                   \
-  X(memleak)                   \
-  X(latency)                   \
-  X(ioctl)                     \
-  X(gputime)                   \
-  X(bridge)                    \
-  X(starvation)                \
-  X(graphics)
-
 namespace gpuscope {
 
 struct KernelRow;
 struct LaunchTimingHost;
 
-#define GS_AGENT_DECLARE(n) std::unique_ptr<AgentCollector> make_##n##_collector();
-GS_AGENT_COLLECTORS(GS_AGENT_DECLARE)
-#undef GS_AGENT_DECLARE
+using CollectorFactory = std::unique_ptr<AgentCollector> (*)();
+bool register_agent_collector(int order, CollectorFactory make);
+#define GPUSCOPE_AGENT_COLLECTOR(make, order) \
+  [[maybe_unused]] static const bool gs_collector_##make = ::gpuscope::register_agent_collector(order, make)
+// One of each registered collector, in order.
+std::vector<std::unique_ptr<AgentCollector>> make_agent_collectors();
+
+std::unique_ptr<AgentCollector> make_kernels_collector();
 
 // The kernels collector's series over rows from `rows` instead of its BPF programs (bench/).
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows);
 // The running kernels collector's launch programs as the latency collector's launch host, where
 // they can time launches (latency then probes the driver's launches through them, not again).
 std::optional<LaunchTimingHost> launch_timing_of(AgentCollector* kernels);
-
-inline std::vector<std::unique_ptr<AgentCollector>> make_agent_collectors() {
-  std::vector<std::unique_ptr<AgentCollector>> v;
-#define GS_AGENT_MAKE(n) v.push_back(make_##n##_collector());
-  GS_AGENT_COLLECTORS(GS_AGENT_MAKE)
-#undef GS_AGENT_MAKE
-  return v;
-}
 
 }  // namespace gpuscope

@@ -194,5 +194,6 @@ class StarvationAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_starvation_collector() { return std::make_unique<StarvationAgent>(); }
+GPUSCOPE_AGENT_COLLECTOR(make_starvation_collector, 70);
 
 }  // namespace gpuscope
