@@ -186,14 +186,17 @@ class FramesView {
       JsonLine j(out_.buf());
       j.record("summary", realtime_ns()).num("events", s.delivered).num("lost_ringbuf", s.lost_ringbuf);
       j.num("lost_state", s.lost_state).num("content_dropped", content_dropped);
+      j.num("fetched_sites", s.fetched_sites)
+          .num("fetch_failures", s.fetch_failures)
+          .num("lost_fetches", s.lost_fetches);
       if (cuda) j.num("cuda_events", cuda->delivered).num("cuda_lost", cuda_lost);
       j.end();
-    } else if (s.lost_ringbuf || s.lost_state || content_dropped || cuda_lost) {
+    } else if (s.lost_ringbuf || s.lost_state || s.lost_fetches || content_dropped || cuda_lost) {
       fprintf(stderr,
               "gpuscope: not counted: %llu graphics calls (ring buffer full), %llu (no room for their state), %llu "
-              "calls inside frames (too many waiting), %llu CUDA calls\n",
+              "calls inside frames (too many waiting), %llu CUDA calls; %llu fetched functions not probed\n",
               (unsigned long long)s.lost_ringbuf, (unsigned long long)s.lost_state, (unsigned long long)content_dropped,
-              (unsigned long long)cuda_lost);
+              (unsigned long long)cuda_lost, (unsigned long long)s.lost_fetches);
     }
     out_.flush();
   }
@@ -267,7 +270,13 @@ int run_frames(const FramesOptions& o) {
     auto p = tracker.processes().find(f.pid);
     view.frame(f, p == tracker.processes().end() ? "" : p->second.comm);
   });
-  GraphicsCollector gfx(session, {o.scope},
+  GraphicsCollector::Config gc{o.scope};
+  if (o.common.verbose)
+    gc.on_fetched = [](const GraphicsCollector::FetchedSite& f) {
+      fprintf(stderr, "gpuscope: pid %d fetched %s through %s: probing %s+0x%llx\n", f.pid, gfx_call_name(f.call),
+              gfx_getter_name(f.getter), f.path.c_str(), static_cast<unsigned long long>(f.file_offset));
+    };
+  GraphicsCollector gfx(session, std::move(gc),
                         [&](const gs_gfx_event& e, std::string_view comm) { tracker.add(e, comm); });
   std::unique_ptr<TraceCollector> cuda;
   if (o.cuda)

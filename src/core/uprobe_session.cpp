@@ -182,11 +182,17 @@ const ElfSymbols* UprobeSession::attach_library_file(Library& lib, const std::st
       *err = "not the library: no " + s.symbol;
       return nullptr;  // stays null: the file has no such site
     }
-    UprobeMultiTarget t;
-    t.offsets = {sym->file_offset};
-    t.cookies = {s.cookie};
-    t.retprobe = s.retprobe;
-    ps.push_back({s.prog, false, std::move(t)});
+    auto same = std::find_if(ps.begin(), ps.end(), [&](const Placement& p) {
+      return lib.client.multi && p.prog == s.prog && p.sites.retprobe == s.retprobe;
+    });
+    if (same == ps.end()) {
+      UprobeMultiTarget t;
+      t.retprobe = s.retprobe;
+      ps.push_back({s.prog, lib.client.multi, std::move(t)});
+      same = ps.end() - 1;
+    }
+    same->sites.offsets.push_back(sym->file_offset);
+    same->sites.cookies.push_back(s.cookie);
   }
   size_t failures = 0;
   if (attach_placements(ps, path, lib.links, failures, err) == 0) {

@@ -60,6 +60,9 @@ struct LibraryClient {
   std::vector<LibrarySite> sites;
   ElfSymbols::Filter objects;
   std::function<void(const LibraryMapping&)> mapped;
+  // The sites' programs were loaded as uprobe_multi: a file's sites of one program are one link,
+  // whose detach waits for one grace period rather than one a site.
+  bool multi = false;
 };
 
 struct SessionStats {

@@ -25,6 +25,19 @@ enum gs_gfx_call {
 	GS_GFX_CALL_COUNT,
 };
 
+/* The functions that hand out the others (the attach cookie of their probes): what they return
+ * for the name of a call above is probed too, as that call (docs/frames.md). */
+enum gs_gfx_getter {
+	GS_GFX_GET_VK_INSTANCE = 1, /* vkGetInstanceProcAddr(instance, pName) */
+	GS_GFX_GET_VK_DEVICE,       /* vkGetDeviceProcAddr(device, pName) */
+	GS_GFX_GET_EGL,             /* eglGetProcAddress(procname) */
+	GS_GFX_GET_GLX,             /* glXGetProcAddress(procName) */
+	GS_GFX_GET_GLX_ARB,         /* glXGetProcAddressARB(procName) */
+};
+
+/* A function name read at a getter's return: the key of the names map. */
+#define GS_GFX_NAME_LEN 32
+
 /* The submit infos read per vkQueueSubmit/vkQueueSubmit2 for their command buffer counts;
  * submits past it count as submits without their command buffers (gs_gfx_event.flags). */
 #define GS_GFX_MAX_SUBMIT_INFOS 16
@@ -36,9 +49,12 @@ enum gs_gfx_flag {
 };
 
 /* Why events were not delivered: the per-CPU drop counters. */
-enum gs_gfx_drop { GS_GFX_DROP_RINGBUF = 0, GS_GFX_DROP_STATE = 1, GS_GFX_DROP_COUNT = 2 };
-
-#define GS_GFX_MAX_PENDING 16384 /* calls in flight (entry seen, return not yet) */
+enum gs_gfx_drop {
+	GS_GFX_DROP_RINGBUF = 0, /* calls: the ring buffer was full */
+	GS_GFX_DROP_STATE = 1,   /* calls and fetches: no memory for the thread's state */
+	GS_GFX_DROP_FETCH = 2,   /* fetches: their ring buffer was full */
+	GS_GFX_DROP_COUNT = 3,
+};
 
 struct gs_gfx_event {
 	__u64 start_ns;   /* CLOCK_BOOTTIME at entry */
@@ -56,9 +72,19 @@ struct gs_gfx_event {
 	char thread[GS_COMM_LEN];
 };
 
+/* A getter returned a function of a probed call: user space probes it where it lies. */
+struct gs_gfx_fetch {
+	__u64 fn; /* the pointer returned */
+	__u32 pid;
+	__u32 call;   /* enum gs_gfx_call of the name asked for */
+	__u32 getter; /* enum gs_gfx_getter */
+	__u32 pad;
+};
+
 #ifndef __BPF__
 #ifdef __cplusplus
 #include <cstddef>
+static_assert(sizeof(struct gs_gfx_fetch) == 24);
 static_assert(sizeof(struct gs_gfx_event) == 80);
 static_assert(offsetof(struct gs_gfx_event, pid) == 32);
 static_assert(offsetof(struct gs_gfx_event, thread) == 64);

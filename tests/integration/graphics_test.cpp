@@ -1,7 +1,8 @@
 // gpuscope frames against real renderers: Vulkan on lavapipe (offscreen: fenced submits end the
 // frames), OpenGL ES on llvmpipe through EGL's surfaceless platform (pbuffer swaps), OpenGL through
-// GLX on an Xvfb window (glXSwapBuffers), the real libcudart's launches inside Vulkan frames, and
-// swapchain presents through the stand-in loader.
+// GLX on an Xvfb window (glXSwapBuffers), the real libcudart's launches inside Vulkan frames,
+// swapchain presents through the stand-in loader, and a real swapchain on lavapipe and GLX whose
+// functions come from vkGetDeviceProcAddr and glXGetProcAddressARB.
 #include <signal.h>
 #include <unistd.h>
 
@@ -432,4 +433,102 @@ TEST(GraphicsMemleak, VulkanAllocationsNeverFreedAreReportedAtExit) {
   EXPECT_EQ(leaks[0]["state"], "exited");
   EXPECT_EQ(leaks[0]["device"], -1);
   EXPECT_GT(leaks[0]["age_ns"].get<uint64_t>(), 0u);
+}
+
+// Programs that call what vkGetDeviceProcAddr or glXGetProcAddressARB handed them (volk, DXVK,
+// GL loaders): gpuscope frames -p -v follows the app from before it fetches its functions, and
+// the app renders once gpuscope has said it probes each of `fetched` where it lies.
+namespace {
+
+FramesRun frames_of_fetched(const std::vector<std::string>& app_argv, const std::vector<std::string>& app_env,
+                            const std::vector<std::string>& fetched) {
+  Process app(app_argv, app_env);
+  const pid_t pid = ready_pid(app);
+  Process g({gpuscope_bin(), "frames", "-p", std::to_string(pid), "--json", "--every-frame", "--slowest", "10",
+             "--no-cuda", "-v"});
+  EXPECT_TRUE(g.wait_for("gpuscope: watching frames", 30, true)) << g.err();
+  app.signal(SIGUSR1);
+  EXPECT_TRUE(app.wait_for("loaded", 30)) << app.err();
+  for (const std::string& f : fetched)
+    EXPECT_TRUE(g.wait_for("gpuscope: pid " + std::to_string(pid) + " fetched " + f + ": probing ", 10, true))
+        << f << " not probed:\n"
+        << g.err();
+  app.signal(SIGUSR1);
+  EXPECT_EQ(app.wait(60), 0) << app.err();
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  return {parse_lines(g.out()), g.err()};
+}
+
+}  // namespace
+
+// A real swapchain on lavapipe, every device function taken from vkGetDeviceProcAddr: the loader's
+// exports are never called, and the driver's functions it handed out are probed. Each frame is
+// present to present with its acquire, submit and fence wait; 21 presents and 21 acquires.
+TEST(GraphicsFetched, VulkanDeviceFunctionsFromGetDeviceProcAddrOnARealSwapchain) {
+  XServer x;
+  ASSERT_TRUE(x.p) << "no free X display from :90";
+  FramesRun r = frames_of_fetched(
+      {fixture("vk_gpa_swapchain"), "--frames", "20", "--slow-every", "5", "--slow-ms", "60"}, {"DISPLAY=" + x.display},
+      {"vkAcquireNextImageKHR through vkGetDeviceProcAddr", "vkQueuePresentKHR through vkGetDeviceProcAddr",
+       "vkQueueSubmit through vkGetDeviceProcAddr", "vkWaitForFences through vkGetDeviceProcAddr",
+       "vkDeviceWaitIdle through vkGetDeviceProcAddr"});
+  expect_frames(r, "vulkan", 20, 5, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["submits"], 1) << f.dump();
+    EXPECT_EQ(f["cmd_buffers"], 1) << f.dump();
+    EXPECT_EQ(f["waits"], 2) << f.dump();  // the acquire and the fence
+    EXPECT_EQ(f["calls"], json({{"vkAcquireNextImageKHR", 1}, {"vkQueueSubmit", 1}, {"vkWaitForFences", 1}}))
+        << f.dump();
+  }
+  auto queues = r.of("queue");
+  ASSERT_EQ(queues.size(), 1u) << r.err;
+  EXPECT_EQ(queues[0]["presents"], 21);
+  EXPECT_EQ(queues[0]["submits"], 21);
+  EXPECT_EQ(queues[0]["cmd_buffers"], 21);
+  auto summary = r.of("summary");
+  ASSERT_EQ(summary.size(), 1u);
+  // 21 each of acquires, submits, fence waits and presents; the device wait at the end; the
+  // loader's vkCreateDevice and vkDestroyDevice (vkGetInstanceProcAddr and vkGetDeviceProcAddr
+  // hand out its exports for those, probed already, so not a second time).
+  EXPECT_EQ(summary[0]["events"], 4 * 21 + 1 + 2);
+  EXPECT_EQ(summary[0]["fetched_sites"], 5);
+  EXPECT_EQ(summary[0]["fetch_failures"], 0);
+  EXPECT_EQ(summary[0]["lost_fetches"], 0);
+}
+
+// GLX through glXGetProcAddressARB: glXSwapBuffers' pointer is libGLX's export (probed already:
+// each swap counted once), glFinish's is libGLdispatch's stub, probed where it lies.
+TEST(GraphicsFetched, GlxSwapsAndGlFinishThroughGlXGetProcAddressARB) {
+  XServer x;
+  ASSERT_TRUE(x.p) << "no free X display from :90";
+  FramesRun r =
+      frames_of_fetched({fixture("glx_frames"), "--frames", "20", "--slow-every", "5", "--slow-ms", "60", "--gpa", "1"},
+                        {"DISPLAY=" + x.display}, {"glFinish through glXGetProcAddressARB"});
+  expect_frames(r, "glx", 20, 5, 60);
+  for (auto& f : r.of("frame")) {
+    EXPECT_EQ(f["waits"], 1) << f.dump();
+    EXPECT_EQ(f["calls"], json({{"glFinish", 1}})) << f.dump();
+  }
+  auto summary = r.of("summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["events"], 21 + 20) << "21 swaps and 20 glFinish calls, each once";
+  EXPECT_EQ(summary[0]["fetched_sites"], 1);
+  EXPECT_EQ(summary[0]["fetch_failures"], 0);
+  EXPECT_EQ(summary[0]["lost_fetches"], 0);
+  EXPECT_EQ(r.err.find("fetched glXSwapBuffers"), std::string::npos) << r.err;
+}
+
+// The agent with every collector exits within 0.5 s of SIGTERM: the graphics collector's probes
+// (six libraries' of the linker cache) detach as a few uprobe_multi links, not one by one.
+TEST(GraphicsAgent, ExitsWithinHalfASecondOfSigterm) {
+  Workload w("gfx-exit", "gsgx");
+  Agent a(w);
+  const std::string m = a.metrics();
+  EXPECT_GT(sample(m, "gpuscope_graphics_library_files"), 0) << m;
+  EXPECT_EQ(sample(m, "gpuscope_collector_up", {"collector=\"graphics\""}), 1) << m;
+  const auto t0 = std::chrono::steady_clock::now();
+  a.proc().signal(SIGTERM);
+  EXPECT_EQ(a.proc().wait(30), 0) << a.proc().err();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LE(s, 0.5) << a.proc().err();
 }

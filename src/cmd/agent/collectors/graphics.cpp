@@ -155,6 +155,7 @@ class GraphicsAgent final : public AgentCollector {
     out["ring_buffer_full"] = s.lost_ringbuf;
     out["no_call_state"] = s.lost_state;
     out["frame_content_dropped"] = tracker_.content_dropped();
+    out["fetched_function_not_probed"] = s.lost_fetches;
   }
 
   void detach() override { collector_->detach(); }
@@ -175,6 +176,6 @@ class GraphicsAgent final : public AgentCollector {
 }  // namespace
 
 std::unique_ptr<AgentCollector> make_graphics_collector() { return std::make_unique<GraphicsAgent>(); }
-
 GPUSCOPE_AGENT_COLLECTOR(make_graphics_collector, 80);
+
 }  // namespace gpuscope
