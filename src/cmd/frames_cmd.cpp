@@ -359,6 +359,6 @@ void register_frames(CLI::App& app) {
   cmd->add_flag_callback(
       "--no-cuda", [f = o] { f->cuda = false; }, "Do not trace the CUDA calls inside frames");
 }
+GPUSCOPE_COMMAND(register_frames, 130);
 
 }  // namespace gpuscope
-GPUSCOPE_COMMAND(register_frames, 130);
