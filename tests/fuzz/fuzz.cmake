@@ -5,7 +5,7 @@
 # left in <build>/fuzz/artifacts/.
 option(GPUSCOPE_FUZZ "Build and run the libFuzzer targets when the toolchain exists" ON)
 set(GPUSCOPE_FUZZ_SECONDS 30 CACHE STRING "Seconds each fuzz target runs under ctest")
-set(GPUSCOPE_FUZZ_TARGETS elf_symbols perf_map proc_maps ioctl_decode demangle prom)
+set(GPUSCOPE_FUZZ_TARGETS elf_symbols perf_map proc_maps ioctl_decode demangle prom xid)
 
 # A failed probe is not cached: installing the packages later and re-running cmake turns them on.
 if(GPUSCOPE_FUZZ AND NOT GPUSCOPE_FUZZ_CXX_WORKS)
