@@ -2,4 +2,4 @@
 # Included from tests/CMakeLists.txt after bridge, starvation and graphics (their fixtures).
 gstest_integration(schema_test 120 DEPS standin_app nvml_standin starv_fixture graphics_fixtures gpuscope_cupti
   DEFS NVML_STANDIN="$<TARGET_FILE:nvml_standin>" STARV_FIXTURE="$<TARGET_FILE:starv_fixture>"
-       GRAPHICS_FIXTURE_DIR="${GS_GRAPHICS_FIXTURES}")
+       GRAPHICS_FIXTURE_DIR="${CMAKE_BINARY_DIR}/tests/fixtures/graphics")
