@@ -24,7 +24,7 @@ void register_bridge(CLI::App& app) {
       "  gpuscope bridge                          # pins under /sys/fs/bpf, 100 ms polls\n"
       "  gpuscope bridge --json -d 5              # print what each tick published\n"
       "  gpuscope bridge --pin-dir /sys/fs/bpf/gpu --poll-interval-ms 50");
-  add_command(cmd, [=] { return run_bridge(with_shared(*o, *common, nullptr)); });
+  add_command(cmd, [=] { return run_bridge(with_shared(*o, *common)); });
 }
 GPUSCOPE_COMMAND(register_bridge, 80);
 

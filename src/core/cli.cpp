@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "core/registry.h"
+
 namespace gpuscope {
 
 namespace {
@@ -327,23 +329,10 @@ void label_values(CLI::App& app) {
 
 void add_command(CLI::App* sub, std::function<int()> run) { registry().push_back({sub, std::move(run)}); }
 
-namespace {
-// Filled by static initializers: a function's static, made on first use, whatever their order.
-std::vector<std::pair<int, CommandAdder>>& adders() {
-  static std::vector<std::pair<int, CommandAdder>> a;
-  return a;
-}
-}  // namespace
-
-bool register_command(int order, CommandAdder add) {
-  adders().emplace_back(order, add);
-  return true;
-}
+bool register_command(int order, CommandAdder add) { return OrderedRegistry<CommandAdder>::add(order, add); }
 
 void add_registered_commands(CLI::App& app) {
-  auto a = adders();
-  std::stable_sort(a.begin(), a.end(), [](auto& x, auto& y) { return x.first < y.first; });
-  for (auto& [order, add] : a) add(app);
+  for (CommandAdder add : OrderedRegistry<CommandAdder>::sorted()) add(app);
 }
 
 void note(const std::string& line) { notes().push_back(line); }

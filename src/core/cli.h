@@ -70,19 +70,12 @@ std::string needs_value(const std::string& flag, const std::string& label);
 // where they split at commas.
 void label_values(CLI::App& app);
 
-// Copies the shared flags into a subcommand's options struct: duration_s, json and verbose, and
-// the scope (or its pids, comm and libs) where the struct has it.
+// Copies the shared flags into an options struct that keeps them as its own fields (the bridge's).
 template <class Options>
-Options& with_shared(Options& o, const CommonFlags& c, const Scope* s = nullptr) {
+Options& with_shared(Options& o, const CommonFlags& c) {
   o.duration_s = c.duration_s;
   o.json = c.json;
   o.verbose = c.verbose;
-  if (s) {
-    if constexpr (requires { o.scope; }) o.scope = *s;
-    if constexpr (requires { o.pids; }) o.pids = s->pids;
-    if constexpr (requires { o.comm; }) o.comm = s->comm;
-    if constexpr (requires { o.libs; }) o.libs = s->libs;
-  }
   return o;
 }
 

@@ -78,20 +78,30 @@ static __always_inline void count_cmd_buffers(struct gfx_pending *p, const void 
 	}
 }
 
+/* The calling thread's state with one more probed call (or getter) in progress, or NULL
+ * when the thread is out of scope, has no state (counted) or is inside such a call already. */
+static __always_inline struct gfx_thread *gfx_thread_enter(bool getter)
+{
+	struct gfx_thread *t;
+
+	if (!in_scope())
+		return NULL;
+	t = gs_thread_state_new(&gfx_threads);
+	if (!t) {
+		count_drop(GS_GFX_DROP_STATE);
+		return NULL;
+	}
+	__u32 *depth = getter ? &t->getter_depth : &t->depth;
+	return GS_CALL_ENTER(*depth) ? t : NULL;
+}
+
 SEC("uprobe")
 int gs_gfx_enter(struct pt_regs *ctx)
 {
 	__u32 call = (__u32)bpf_get_attach_cookie(ctx);
-	struct gfx_thread *t;
+	struct gfx_thread *t = gfx_thread_enter(false);
 
-	if (!in_scope())
-		return 0;
-	t = gs_thread_state_new(&gfx_threads);
-	if (!t) {
-		count_drop(GS_GFX_DROP_STATE);
-		return 0;
-	}
-	if (!GS_CALL_ENTER(t->depth))
+	if (!t)
 		return 0;
 	struct gfx_pending *p = &t->call;
 	__builtin_memset(p, 0, sizeof(*p));
@@ -201,16 +211,9 @@ SEC("uprobe")
 int gs_gfx_fetch_enter(struct pt_regs *ctx)
 {
 	__u32 getter = (__u32)bpf_get_attach_cookie(ctx);
-	struct gfx_thread *t;
+	struct gfx_thread *t = gfx_thread_enter(true);
 
-	if (!in_scope())
-		return 0;
-	t = gs_thread_state_new(&gfx_threads);
-	if (!t) {
-		count_drop(GS_GFX_DROP_STATE);
-		return 0;
-	}
-	if (!GS_CALL_ENTER(t->getter_depth))
+	if (!t)
 		return 0;
 	/* Both read before choosing: a context access at a computed offset does not verify. */
 	__u64 first = PT_REGS_PARM1(ctx), second = PT_REGS_PARM2(ctx);
