@@ -70,7 +70,7 @@ TEST(Deploy, MetricNamesExported) {
     ASSERT_EQ(p.wait(20), 0) << p.err();
   }
   std::string m = a.until([&](const std::string& t) {
-    return value_of(t, "gpuscope_memory_leaked_bytes_total", {{"comm", w.comm()}}) > 0 &&
+    return sum_of(t, "gpuscope_memory_leaked_bytes_total", {{"comm", w.comm()}}) > 0 &&
            value_of(t, "gpuscope_gpu_utilization_ratio", {{"gpu", "0"}}) == 0.37 &&
            t.find("gpuscope_kernel_launches_total{") != std::string::npos;
   });
@@ -277,7 +277,7 @@ TEST(Deploy, KubeletSystemdCgroupLabels) {
 namespace {
 // The launches the agent has counted for the workload's processes.
 double comm_launches(const std::string& metrics, const Workload& w) {
-  return value_of(metrics, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
+  return sum_of(metrics, "gpuscope_comm_kernel_launches_total", {{"comm", w.comm()}});
 }
 
 // Ten short-lived workload processes at once, each launching and exiting.

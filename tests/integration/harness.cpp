@@ -425,6 +425,14 @@ double value_of(const std::string& text, const std::string& name, const std::map
   return v.size() == 1 ? v[0].value : -1;
 }
 
+double sum_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want) {
+  auto v = where(samples(text, name), want);
+  if (v.empty()) return -1;
+  double s = 0;
+  for (auto& x : v) s += x.value;
+  return s;
+}
+
 Workload::Workload(const std::string& tag, const std::string& prefix, const std::string& target) {
   dir_ = "/tmp/gs-" + tag + "-" + std::to_string(getpid());
   mkdir(dir_.c_str(), 0755);

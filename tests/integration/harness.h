@@ -118,6 +118,10 @@ std::vector<Sample> samples(const std::string& text, const std::string& name);
 std::vector<Sample> where(const std::vector<Sample>& v, const std::map<std::string, std::string>& want);
 // The value of the one sample of `name` whose labels include all of `want`; -1 if not exactly one.
 double value_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want);
+// The sum of every sample of `name` matching `want`; -1 when none does. For the per-name totals,
+// split by container: a process gone before its cgroup was read has container "" (unknown), one
+// read on the host "host".
+double sum_of(const std::string& text, const std::string& name, const std::map<std::string, std::string>& want);
 
 // A workload name only this test process uses: a link to `target` named <prefix><pid> (comm is
 // the link's name), in /tmp/gs-<tag>-<pid>, which goes with it.

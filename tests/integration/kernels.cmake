@@ -1,5 +1,4 @@
 # gpuscope kernels: launch counts and names against real processes.
-include(${CMAKE_CURRENT_LIST_DIR}/../fixtures/cuda/kernels.cmake)
 add_executable(kernels_test ${CMAKE_CURRENT_LIST_DIR}/kernels_test.cpp)
 target_link_libraries(kernels_test PRIVATE gstest_harness GTest::gtest_main)
 target_compile_definitions(kernels_test PRIVATE KERNELS_FIXTURE_DIR="${KERNELS_FIXTURE_DIR}")
