@@ -172,7 +172,9 @@ static __always_inline int launch_scoped(struct pt_regs *ctx, const enum gs_k_si
 		__sync_fetch_and_add(&v->count, 1);
 		return 0;
 	}
-	struct gs_k_val nv = {.count = 1, .caller = gs_return_address(ctx)};
+	struct gs_k_val nv = {.count = 1,
+	                      .caller = gs_return_address(ctx),
+	                      .cgroup_id = bpf_get_current_cgroup_id()};
 	if (bpf_map_update_elem(&counts, &k, &nv, BPF_NOEXIST)) {
 		v = bpf_map_lookup_elem(&counts, &k); /* lost a race to create it */
 		if (v)

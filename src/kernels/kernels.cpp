@@ -496,6 +496,7 @@ std::map<KernelsCollector::Key, uint64_t> KernelsCollector::read_counts(const st
     Key k{key.pid, key.layer, key.handle};
     r[k] = v.count;
     callers_.try_emplace(k, v.caller);
+    cgroups_.try_emplace(key.pid, v.cgroup_id);
   });
   return r;
 }
@@ -508,6 +509,7 @@ void KernelsCollector::learn_new_keys() {
     Key k{key.pid, key.layer, key.handle};
     if (resolved_.count(k) || guessed_.count(k)) return;
     callers_.try_emplace(k, v.caller);
+    cgroups_.try_emplace(key.pid, v.cgroup_id);
     fresh.push_back(k);
   });
   name_fresh(fresh);
@@ -546,7 +548,7 @@ std::vector<KernelRow> KernelsCollector::rows_of(const std::map<Key, uint64_t>& 
     auto [pid, layer, handle] = k;
     auto it = resolved_.find(k);
     Name nm = it != resolved_.end() ? it->second : guessed_.count(k) ? guessed_[k] : Name{"[unknown ?]", "?"};
-    rows.push_back({pid, comms_[pid], layer, handle, std::move(nm.kernel), std::move(nm.module), cum});
+    rows.push_back({pid, comms_[pid], layer, handle, std::move(nm.kernel), std::move(nm.module), cum, cgroups_[pid]});
   }
   return rows;
 }
@@ -641,6 +643,7 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
     var_maps_.erase(static_cast<pid_t>(pid));
     driver_file_.erase(static_cast<pid_t>(pid));
     comms_.erase(pid);
+    cgroups_.erase(pid);
   }
 }
 

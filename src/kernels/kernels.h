@@ -34,6 +34,7 @@ struct gs_k_key {
 struct gs_k_val {
 	__u64 count;
 	__u64 caller; /* return address of the first launch counted: names the module */
+	__u64 cgroup_id; /* the first launch's cgroup v2 id: its container, after the process has gone */
 };
 
 /* A driver handle and the runtime handle whose launch reached the driver with it. */
@@ -78,7 +79,7 @@ enum gs_k_drop {
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_k_key) == 16);
-static_assert(sizeof(gs_k_val) == 16);
+static_assert(sizeof(gs_k_val) == 24);
 static_assert(sizeof(gs_k_alias_key) == 16);
 static_assert(sizeof(gs_k_named_key) == 32);
 static_assert(sizeof(gs_k_event) == 48 + GS_K_NAME_LEN);

@@ -34,11 +34,12 @@ namespace gpuscope {
 struct KernelRow {
   uint32_t pid = 0;
   std::string comm;
-  uint32_t layer = 0;     // enum gs_k_layer (kernels.h): GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH
-  uint64_t handle = 0;    // what was launched: function, kernel or graph exec handle
-  std::string kernel;     // demangled kernel name, "[graph 0x…]", or "[unknown MODULE]"
-  std::string module;     // file name of the module the kernel is in (or the launch came from)
-  uint64_t launches = 0;  // cumulative since the row appeared
+  uint32_t layer = 0;      // enum gs_k_layer (kernels.h): GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH
+  uint64_t handle = 0;     // what was launched: function, kernel or graph exec handle
+  std::string kernel;      // demangled kernel name, "[graph 0x…]", or "[unknown MODULE]"
+  std::string module;      // file name of the module the kernel is in (or the launch came from)
+  uint64_t launches = 0;   // cumulative since the row appeared
+  uint64_t cgroup_id = 0;  // the process's cgroup v2 id at its first launch (0: none)
   bool graph() const;
 };
 
@@ -178,6 +179,7 @@ class KernelsCollector {
   std::map<Key, Name> guessed_;       // rows still unknown: retried each snapshot
   std::map<Key, uint64_t> callers_;
   std::map<uint32_t, std::string> comms_;
+  std::map<uint32_t, uint64_t> cgroups_;  // pid -> cgroup v2 id of its first counted launch
   Symbolizer syms_;
   std::map<std::pair<dev_t, ino_t>, HandleVars> handle_vars_;  // by file: containers may share paths
   std::map<pid_t, std::chrono::steady_clock::time_point> var_scans_;

@@ -346,13 +346,15 @@ TEST(Schema, RunSummaryNamesTheCommand) {
   EXPECT_EQ(lines[0]["exit_code"], 3);
 }
 
-// The agent's lines, and its container label of a host process the same as the JSON field.
+// The agent's lines, and its container label of a host process the same as the JSON field. The
+// process has gone before the agent's first refresh (--interval 3): its container comes from the
+// cgroup id its launches carried, not from /proc.
 TEST(Schema, AgentLinesAndItsContainerLabel) {
   Workload wl("schema-agent", "gsschema");
   Process a({wl.path(), "--wait-usr1", "1", "calls", "1", "3"});
   Expected w = expect(ready_pid(a), wl.comm());
   const uint64_t t0 = realtime_now();
-  Agent agent(wl, {"--collectors", "kernels"});
+  Agent agent(wl, {"--collectors", "kernels", "--interval", "3"});
   a.signal(SIGUSR1);
   EXPECT_EQ(a.wait(30), 0);
   const std::string pid = std::to_string(w.pid);

@@ -15,7 +15,7 @@ PromLabels comm_labels(const CommKey& k) {
   return {{"comm", c}, {"container", ctr}, {"pod", pod}, {"namespace", ns}};
 }
 
-ProcEntry& ProcessTable::live(uint32_t pid, const std::string& comm) {
+ProcEntry& ProcessTable::live(uint32_t pid, const std::string& comm, uint64_t cgroup_id) {
   auto it = live_.find(pid);
   if (it != live_.end()) {
     // A collector may have read /proc after the process had gone; a later record names it.
@@ -26,7 +26,8 @@ ProcEntry& ProcessTable::live(uint32_t pid, const std::string& comm) {
   p.id = next_id_++;
   p.pid = pid;
   p.comm = comm;
-  p.labels = labels_of(containers_->of(static_cast<pid_t>(pid)));
+  const ContainerInfo& c = containers_->of(static_cast<pid_t>(pid));
+  p.labels = labels_of(!c.resolved && cgroup_id ? containers_->of_cgroup(static_cast<pid_t>(pid), cgroup_id) : c);
   return p;
 }
 
@@ -52,14 +53,14 @@ void ProcessTable::retire(uint32_t pid) {
   containers_->forget(static_cast<pid_t>(pid));
 }
 
-ProcEntry* ProcessTable::ended(uint32_t pid, const std::string& comm, bool add_unknown) {
+ProcEntry* ProcessTable::ended(uint32_t pid, const std::string& comm, bool add_unknown, uint64_t cgroup_id) {
   ProcEntry* p = nullptr;
   if (live_.count(pid)) {
     retire(pid);
     p = &gone_.back();
   } else if (!(p = latest_gone(pid))) {
     if (!add_unknown) return nullptr;
-    live(pid, comm);  // a life shorter than one refresh
+    live(pid, comm, cgroup_id);  // a life shorter than one refresh
     retire(pid);
     p = &gone_.back();
   }

@@ -84,12 +84,13 @@ class ProcessTable {
   ProcessTable(std::shared_ptr<ProcessContainers> containers, double retain_exited_s)
       : containers_(std::move(containers)), retain_s_(retain_exited_s) {}
 
-  // The running process, added when new.
-  ProcEntry& live(uint32_t pid, const std::string& comm);
+  // The running process, added when new. `cgroup_id` (a BPF record's cgroup v2 id, 0 if none)
+  // names its container when the process has gone before /proc was read.
+  ProcEntry& live(uint32_t pid, const std::string& comm, uint64_t cgroup_id = 0);
   // The running process, else its latest ended life, else a new running one.
   ProcEntry& any(uint32_t pid, const std::string& comm);
   // Its life has ended: the ended entry (a new one when add_unknown and the pid was not known).
-  ProcEntry* ended(uint32_t pid, const std::string& comm, bool add_unknown);
+  ProcEntry* ended(uint32_t pid, const std::string& comm, bool add_unknown, uint64_t cgroup_id = 0);
   bool running(uint32_t pid) const { return live_.count(pid) != 0; }
 
   // A refresh: begin() clears every `seen`; the collectors take; end() ends what none saw and

@@ -57,7 +57,7 @@ class KernelsAgent final : public AgentCollector {
     std::map<uint32_t, std::vector<KernelRow>> by_pid;
     for (auto& r : rows_ ? rows_() : collector_->snapshot()) by_pid[r.pid].push_back(std::move(r));
     for (auto& [pid, rows] : by_pid) {
-      ProcEntry& p = host_->procs.live(pid, rows.front().comm);
+      ProcEntry& p = host_->procs.live(pid, rows.front().comm, rows.front().cgroup_id);
       set_rows(procs_[p.id], pid, rows);
       p.seen = true;
     }
@@ -148,7 +148,8 @@ class KernelsAgent final : public AgentCollector {
 
   // A process's final rows: its life has ended.
   void exited(uint32_t pid, const std::vector<KernelRow>& rows) {
-    ProcEntry* e = host_->procs.ended(pid, rows.empty() ? "" : rows.front().comm, !rows.empty());
+    ProcEntry* e = host_->procs.ended(pid, rows.empty() ? "" : rows.front().comm, !rows.empty(),
+                                      rows.empty() ? 0 : rows.front().cgroup_id);
     if (e && !rows.empty()) set_rows(procs_[e->id], pid, rows);
   }
 
