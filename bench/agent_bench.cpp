@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cmd/agent/agent.h"
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_collector.h"
 

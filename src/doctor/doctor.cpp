@@ -368,7 +368,7 @@ Sub verdict(const Doctor& d, const Need& n) {
   return {n.name, "partial", fmt::format("{}", fmt::join(lacking, "; "))};
 }
 
-// The agent's collectors (cmd/agent/collectors/registry.h, in its order), each with the
+// The agent's collectors (cmd/agent/registry.h, in its order), each with the
 // subcommand whose BPF programs, and so whose needs, it shares.
 const std::vector<std::pair<std::string, std::string>>& agent_collectors() {
   static const std::vector<std::pair<std::string, std::string>> c = {

@@ -14,3 +14,4 @@ add_library(gpuscope_gputime STATIC ${CMAKE_CURRENT_LIST_DIR}/gputime.cpp ${CMAK
 add_dependencies(gpuscope_gputime gputime_skel gpuscope_cupti)
 target_link_libraries(gpuscope_gputime PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_gputime)
+gpuscope_agent_collector(gputime SOURCES ${CMAKE_CURRENT_LIST_DIR}/gputime_agent.cpp LIBS gpuscope_gputime)

@@ -3,3 +3,4 @@ add_library(gpuscope_graphics STATIC ${CMAKE_CURRENT_LIST_DIR}/graphics.cpp ${CM
 add_dependencies(gpuscope_graphics graphics_skel)
 target_link_libraries(gpuscope_graphics PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_graphics)
+gpuscope_agent_collector(graphics SOURCES ${CMAKE_CURRENT_LIST_DIR}/graphics_agent.cpp LIBS gpuscope_graphics)

@@ -5,3 +5,4 @@ gpuscope_command(ioctl SOURCES ${CMAKE_CURRENT_LIST_DIR}/ioctl_cmd.cpp LIBS gpus
 add_dependencies(gpuscope_ioctl ioctl_skel)
 target_link_libraries(gpuscope_ioctl PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_ioctl)
+gpuscope_agent_collector(ioctl SOURCES ${CMAKE_CURRENT_LIST_DIR}/ioctl_agent.cpp LIBS gpuscope_ioctl)

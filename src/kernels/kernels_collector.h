@@ -20,10 +20,10 @@
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/event_loop.h"
+#include "core/launch_timing.h"
 #include "core/proc_maps.h"
 #include "core/symbolizer.h"
 #include "core/uprobe_session.h"
-#include "latency/latency_collector.h"
 
 struct kernels_bpf;
 struct gs_k_event;

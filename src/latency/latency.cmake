@@ -4,3 +4,4 @@ gpuscope_command(latency SOURCES ${CMAKE_CURRENT_LIST_DIR}/latency_cmd.cpp LIBS 
 add_dependencies(gpuscope_latency latency_skel)
 target_link_libraries(gpuscope_latency PUBLIC gpuscope_trace)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_latency)
+gpuscope_agent_collector(latency SOURCES ${CMAKE_CURRENT_LIST_DIR}/latency_agent.cpp LIBS gpuscope_latency)

@@ -15,6 +15,7 @@
 
 #include "core/uprobe_session.h"
 #include "core/histogram.h"
+#include "core/launch_timing.h"
 
 struct latency_bpf;
 
@@ -43,15 +44,6 @@ struct LatencySnapshot {
   std::map<Key, LatencyRow> rows;
   std::vector<LatencySiteCounts> sites;  // by row, GS_API_COUNT entries
   unsigned launch_sample = 1;            // one launch in this many was timed
-};
-
-// Another object's launch programs that can time launch rows into latency's maps (latency_time.bpf.h):
-// the agent's kernels collector, whose one program per launch then serves both collectors.
-struct LaunchTimingHost {
-  std::map<std::string, int> maps;  // latency's maps by name, made by the host's object
-  std::vector<bool> rows;           // the rows its programs can time (GS_API_COUNT entries)
-  // Starts timing `rows` (a subset of rows), one launch in `sample`.
-  std::function<void(const std::vector<bool>& rows, unsigned sample)> time;
 };
 
 class LatencyCollector {

@@ -6,3 +6,4 @@ gpuscope_command(starvation SOURCES src/starvation/starvation_cmd.cpp src/starva
 add_dependencies(gpuscope_starvation starvation_skel)
 target_link_libraries(gpuscope_starvation PUBLIC gpuscope_bridge)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_starvation)
+gpuscope_agent_collector(starvation SOURCES ${CMAKE_CURRENT_LIST_DIR}/starvation_agent.cpp LIBS gpuscope_starvation)

@@ -32,13 +32,10 @@ Agent::Agent(const AgentOptions& o, std::vector<std::unique_ptr<AgentCollector>>
             [](const std::string& c, const std::string& line) {
               fprintf(stderr, "gpuscope: agent: %s: %s\n", c.c_str(), line.c_str());
             },
-            [this](std::string_view name) -> AgentCollector* {
-              for (auto& s : slots_)
-                if (s.running && s.c->name() == name) return s.c.get();
-              return nullptr;
-            }},
+            services_},
       anomalies_(o.anomaly) {
   for (auto& c : wanted) slots_.push_back({std::move(c)});
+  for (auto& s : slots_) s.c->plan(services_);
 }
 
 Agent::~Agent() = default;
@@ -50,6 +47,7 @@ void Agent::check() const {
 void Agent::off(Slot& s, const std::string& why) {
   s.running = false;
   s.why = why;
+  services_.withdraw(s.c.get());
   fprintf(stderr, "gpuscope: agent: collector %s is off: %s\n", std::string(s.c->name()).c_str(), why.c_str());
 }
 
@@ -77,6 +75,7 @@ void Agent::start_session() {
       if (s.running && s.c->uses_session()) {
         s.running = false;
         s.why = e.what();
+        services_.withdraw(s.c.get());
       }
   }
 }

@@ -71,6 +71,7 @@ class Agent {
   const AgentOptions& o_;
   UprobeSession* session_;
   ProcessTable procs_;
+  CollectorServices services_;
   AgentHost host_;
   std::vector<Slot> slots_;
   bool session_started_ = false;

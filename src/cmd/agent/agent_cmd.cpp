@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "cmd/agent/agent.h"
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "cmd/agent/http.h"
 #include "core/cli.h"
 #include "core/clock.h"

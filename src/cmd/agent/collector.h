@@ -2,14 +2,17 @@
 // The agent's collector interface, in the spirit of node_exporter's collectors: a collector has
 // a name and flags, says what it needs from the host, starts on the shared uprobe session, takes
 // a snapshot at each refresh, and writes its own series, JSON fields, endpoints, health and loss
-// counters. The agent is a registry of them and a loop (agent.h); adding one is a file in
-// collectors/ that registers itself (GPUSCOPE_AGENT_COLLECTOR, collectors/registry.h).
+// counters. The agent is a registry of them and a loop (agent.h); adding one is a file in its
+// capability's folder that registers itself (GPUSCOPE_AGENT_COLLECTOR, registry.h). Collectors
+// reach one another only through typed services (CollectorServices), never by name.
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <set>
 #include <string_view>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
@@ -43,6 +46,38 @@ struct AgentOptions {
   double max_cpu_percent = 2;  // 0: governor off
 };
 
+// What collectors offer one another, by type rather than by name: before any collector loads,
+// each says in plan() what it will take (so that the one providing it loads what that needs); a
+// collector provides objects as it loads, and the others take them from then on. What a
+// collector provided is withdrawn when it turns off.
+class CollectorServices {
+ public:
+  template <class T>
+  void need() {
+    needs_.insert(std::type_index(typeid(T)));
+  }
+  template <class T>
+  bool needed() const {
+    return needs_.count(std::type_index(typeid(T))) != 0;
+  }
+  template <class T>
+  void provide(T* p, const void* owner) {
+    given_[std::type_index(typeid(T))] = {p, owner};
+  }
+  template <class T>
+  T* get() const {
+    auto it = given_.find(std::type_index(typeid(T)));
+    return it == given_.end() ? nullptr : static_cast<T*>(it->second.first);
+  }
+  void withdraw(const void* owner) {
+    std::erase_if(given_, [&](auto& g) { return g.second.second == owner; });
+  }
+
+ private:
+  std::set<std::type_index> needs_;
+  std::map<std::type_index, std::pair<void*, const void*>> given_;
+};
+
 // What the agent gives a collector.
 struct AgentHost {
   const AgentOptions& options;
@@ -50,8 +85,7 @@ struct AgentHost {
   ProcessTable& procs;
   // One line on stderr, "gpuscope: agent: <collector>: <line>".
   std::function<void(const std::string& collector, const std::string& line)> log;
-  // Another collector by name, or null when it is not running.
-  std::function<class AgentCollector*(std::string_view name)> find;
+  CollectorServices& services;
 };
 
 struct CollectorHealth {
@@ -81,6 +115,8 @@ class AgentCollector {
   virtual void add_flags(CLI::App*) {}
   // Bad input (a flag's value, a library named): throws UsageError before anything loads.
   virtual void check(const AgentOptions&) const {}
+  // Before any collector loads: what it will take from the others (CollectorServices::need).
+  virtual void plan(CollectorServices&) const {}
   // Probes on the shared session: the session starts after every collector's load, and a session
   // that cannot start turns these collectors off with its reason.
   virtual bool uses_session() const { return false; }

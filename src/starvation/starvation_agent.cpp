@@ -2,7 +2,7 @@
 // ran (/api/starvation/folded). Reads the bridge's pins: up only while a bridge publishes.
 #include <CLI/CLI.hpp>
 
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "starvation/flamegraph.h"

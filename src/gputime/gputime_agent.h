@@ -15,7 +15,14 @@ struct GpuTimeOfProcess {
   std::set<std::string> named;                   // kernels with their own series (sticky)
 };
 
-// The GPU time of one process life (ProcEntry::id), or null; `collector` is the "gputime" one.
-const GpuTimeOfProcess* gputime_of(const class AgentCollector* collector, uint64_t proc_id);
+// What the gputime collector offers the others (CollectorServices): the GPU time of one process
+// life (ProcEntry::id), or null.
+class GpuTimeByProcess {
+ public:
+  virtual const GpuTimeOfProcess* of(uint64_t proc_id) const = 0;
+
+ protected:
+  ~GpuTimeByProcess() = default;
+};
 
 }  // namespace gpuscope

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/cuda_api.h"
 #include "core/output.h"
 #include "core/uprobe_session.h"
@@ -34,11 +34,12 @@ class LatencyAgent final : public AgentCollector {
   }
 
   void check(const AgentOptions&) const override { rows(); }
+  void plan(CollectorServices& s) const override { s.need<LaunchTimingHost>(); }
 
   void load(AgentHost& host) override {
     LatencyCollector::Config cfg{rows(), false, host.options.scope, sample_};
     // kernels loads first: its launch programs time the driver's launches, one program per launch.
-    if (AgentCollector* k = host.find("kernels")) cfg.launch_host = launch_timing_of(k);
+    if (auto* t = host.services.get<LaunchTimingHost>()) cfg.launch_host = *t;
     collector_ = std::make_unique<LatencyCollector>(*host.session, std::move(cfg));
   }
 

@@ -8,7 +8,7 @@
 
 #include "bridge/bridge.h"
 #include "bridge/nvml.h"
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "cmd/agent/devices.h"
 #include "core/event_loop.h"
 #include "core/output.h"

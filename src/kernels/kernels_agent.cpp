@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <set>
 
-#include "cmd/agent/collectors/gputime.h"
-#include "cmd/agent/collectors/registry.h"
+#include "gputime/gputime_agent.h"
+#include "cmd/agent/registry.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/uprobe_session.h"
@@ -37,11 +37,12 @@ class KernelsAgent final : public AgentCollector {
   void load(AgentHost& host) override {
     host_ = &host;
     if (rows_) return;
-    const std::string& only = host.options.collectors;
-    bool latency = only.empty() || ("," + only + ",").find(",latency,") != std::string::npos;
     collector_ = std::make_unique<KernelsCollector>(
-        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows, latency});
+        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows,
+                                                host.services.needed<LaunchTimingHost>()});
     collector_->on_exit([this](uint32_t pid, const std::vector<KernelRow>& rows) { exited(pid, rows); });
+    host.services.provide<KernelsCollector>(collector_.get(), this);
+    if ((timing_ = collector_->launch_timing_host())) host.services.provide<LaunchTimingHost>(&*timing_, this);
   }
 
   void start(AgentHost& host, EventLoop& loop) override {
@@ -110,8 +111,9 @@ class KernelsAgent final : public AgentCollector {
     fmt::memory_buffer b;
     JsonLine j(b);
     j.begin_array("kernels");
-    const AgentCollector* gputime = host_->find("gputime");
-    host_->procs.each([&](const ProcEntry& e) { api_rows(j, e, procs_.find(e.id), gputime_of(gputime, e.id)); });
+    const auto* gputime = host_->services.get<GpuTimeByProcess>();
+    host_->procs.each(
+        [&](const ProcEntry& e) { api_rows(j, e, procs_.find(e.id), gputime ? gputime->of(e.id) : nullptr); });
     j.end_array().end();
     out["/api/kernels"] = {std::string(b.data(), b.size())};
   }
@@ -209,10 +211,10 @@ class KernelsAgent final : public AgentCollector {
       row("other", "", other, has_gpu_other ? &gpu_other : nullptr);
   }
 
-  friend std::optional<LaunchTimingHost> gpuscope::launch_timing_of(AgentCollector*);
   std::function<std::vector<KernelRow>()> rows_;
   AgentHost* host_ = nullptr;
   std::unique_ptr<KernelsCollector> collector_;
+  std::optional<LaunchTimingHost> timing_;
   PerProcess<KernelsOfProcess> procs_;
 };
 
@@ -222,11 +224,6 @@ std::unique_ptr<AgentCollector> make_kernels_collector() { return std::make_uniq
 GPUSCOPE_AGENT_COLLECTOR(make_kernels_collector, 10);
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows) {
   return std::make_unique<KernelsAgent>(std::move(rows));
-}
-
-std::optional<LaunchTimingHost> launch_timing_of(AgentCollector* kernels) {
-  auto* k = dynamic_cast<KernelsAgent*>(kernels);
-  return k && k->collector_ ? k->collector_->launch_timing_host() : std::nullopt;
 }
 
 }  // namespace gpuscope

@@ -1,10 +1,10 @@
 // GPU time: kernel durations and busy time from libgpuscope-cupti.so's records. Costs nothing
 // where no process loads the library: one uprobe per handed buffer.
-#include "cmd/agent/collectors/gputime.h"
+#include "gputime/gputime_agent.h"
 
 #include <CLI/CLI.hpp>
 
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/event_loop.h"
 #include "core/output.h"
 #include "core/uprobe_session.h"
@@ -52,7 +52,7 @@ void parse_duty(const std::string& v, uint32_t& on_ms, uint32_t& period_ms) {
   period_ms = static_cast<uint32_t>(period * 1000 + 0.5);
 }
 
-class GpuTimeAgent final : public AgentCollector {
+class GpuTimeAgent final : public AgentCollector, public GpuTimeByProcess {
  public:
   std::string_view name() const override { return "gputime"; }
 
@@ -75,6 +75,7 @@ class GpuTimeAgent final : public AgentCollector {
     c.duty_on_ms = on_ms_;
     c.duty_period_ms = period_ms_;
     collector_ = std::make_unique<GpuTimeCollector>(*host.session, std::move(c));
+    host.services.provide<GpuTimeByProcess>(this, this);
   }
 
   void start(AgentHost&, EventLoop& loop) override {
@@ -184,7 +185,7 @@ class GpuTimeAgent final : public AgentCollector {
     if (collector_) collector_->stop();
   }
 
-  const GpuTimeOfProcess* of(uint64_t id) const { return procs_.find(id); }
+  const GpuTimeOfProcess* of(uint64_t id) const override { return procs_.find(id); }
 
  private:
   // 512 KiB of ring buffer holds 3 full hand-offs (2048 records each), drained as they come; the
@@ -199,11 +200,6 @@ class GpuTimeAgent final : public AgentCollector {
 };
 
 }  // namespace
-
-const GpuTimeOfProcess* gputime_of(const AgentCollector* collector, uint64_t proc_id) {
-  auto* g = dynamic_cast<const GpuTimeAgent*>(collector);
-  return g ? g->of(proc_id) : nullptr;
-}
 
 std::unique_ptr<AgentCollector> make_gputime_collector() { return std::make_unique<GpuTimeAgent>(); }
 GPUSCOPE_AGENT_COLLECTOR(make_gputime_collector, 50);

@@ -1,7 +1,7 @@
 // ioctl calls on NVIDIA device nodes, by request name and per process.
 #include <cstring>
 
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/output.h"
 #include "ioctl/decode.h"
 #include "ioctl/ioctl_collector.h"

@@ -1,7 +1,7 @@
 // Graphics frames beside CUDA: frame times per process and API as histograms, Vulkan submits,
 // command buffers and presents, the time frames spent waiting, and Vulkan device memory
 // outstanding (and left behind at exit). Costs nothing where no process maps a graphics library.
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/clock.h"
 #include "core/output.h"
 #include "core/system.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <deque>
 
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
 #include "core/output.h"

@@ -12,7 +12,6 @@
 namespace gpuscope {
 
 struct KernelRow;
-struct LaunchTimingHost;
 
 using CollectorFactory = std::unique_ptr<AgentCollector> (*)();
 bool register_agent_collector(int order, CollectorFactory make);
@@ -25,8 +24,5 @@ std::unique_ptr<AgentCollector> make_kernels_collector();
 
 // The kernels collector's series over rows from `rows` instead of its BPF programs (bench/).
 std::unique_ptr<AgentCollector> make_kernels_collector(std::function<std::vector<KernelRow>()> rows);
-// The running kernels collector's launch programs as the latency collector's launch host, where
-// they can time launches (latency then probes the driver's launches through them, not again).
-std::optional<LaunchTimingHost> launch_timing_of(AgentCollector* kernels);
 
 }  // namespace gpuscope

@@ -1,4 +1,4 @@
-#include "cmd/agent/collectors/registry.h"
+#include "cmd/agent/registry.h"
 
 #include "core/registry.h"
 
