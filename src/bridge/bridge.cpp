@@ -14,7 +14,11 @@
 #include <stop_token>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <unordered_map>
 #include <unordered_set>
@@ -84,6 +88,22 @@ void delete_all(int fd, const std::vector<K>& keys) {
 }
 
 constexpr auto kPcieRefresh = std::chrono::seconds(5);
+// How long one NVML event wait lasts: a stop waits for it to end.
+constexpr unsigned kEventWaitMs = 250;
+
+// Runs `fn` on a new thread that SIGINT and SIGTERM never reach: they are the owner's (the
+// standalone bridge's loop wakes on them; an agent or starvation handles its own).
+template <typename Fn>
+std::jthread thread_without_signals(Fn&& fn) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  std::jthread t(std::forward<Fn>(fn));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return t;
+}
 
 struct DeviceState {
   uint64_t last_seen_us = 0;       // newest utilization sample consumed
@@ -106,8 +126,16 @@ class Bridge {
   void start();
   bool tick();
   size_t devices() const { return nvml_ ? nvml_->devices().size() : 0; }
+  std::vector<NvmlDeviceId> device_ids() const { return events_ ? events_->devices() : std::vector<NvmlDeviceId>{}; }
+  void on_event(NvmlEventHandler fn) {
+    std::lock_guard g(subscribers_mu_);
+    subscribers_.push_back(std::move(fn));
+  }
 
  private:
+  void start_events();
+  void deliver(const NvmlEventRecord& e);
+  void print_event(const NvmlEventRecord& e);
   void refuse_if_held();
   void open_maps();
   void clear_hash(int fd);
@@ -154,6 +182,14 @@ class Bridge {
   bool detail_tick_ = true;  // this tick reads details and processes
   std::chrono::steady_clock::time_point detail_at_{};
   Writer out_;
+  std::mutex out_mu_;          // stdout, written by the ticks and by the event thread
+  bool print_events_ = false;  // the standalone bridge; inside another process, only subscribers
+  bool event_header_done_ = false;
+  Writer event_out_;
+  std::mutex subscribers_mu_;
+  std::vector<NvmlEventHandler> subscribers_;
+  std::unique_ptr<nvml::Events> events_;
+  std::jthread events_thread_;  // last: stopped and joined before what it uses goes
 };
 
 void Bridge::refuse_if_held() {
@@ -481,7 +517,10 @@ bool Bridge::tick() {
     publish_processes();
   }
   publish_meta();
-  out_.flush();
+  {
+    std::lock_guard g(out_mu_);
+    out_.flush();
+  }
   ticks_++;
   return true;
 }
@@ -490,6 +529,7 @@ int Bridge::run() {
   if (o_.poll_interval_ms == 0) throw UsageError("--poll-interval-ms must be at least 1");
   require_bpf_privileges();
   set_libbpf_verbose(o_.verbose);
+  print_events_ = true;
   start();
   StopControl stop(o_.duration_s);
   timespec next;
@@ -504,6 +544,8 @@ int Bridge::run() {
     if (stop.should_stop()) break;
     ok = tick();
   }
+  events_thread_.request_stop();
+  if (events_thread_.joinable()) events_thread_.join();
   // Pins stay: consumers see last_update_boottime_ns stop moving and give no verdicts.
   fprintf(stderr, "gpuscope: bridge stopped after %llu ticks; pins kept under %s, data now stale\n",
           static_cast<unsigned long long>(ticks_), dir_.c_str());
@@ -531,6 +573,7 @@ void Bridge::start() {
     open_maps();
     tick();
   }
+  start_events();
   fprintf(stderr, "gpuscope: bridge publishing %zu device(s) under %s every %u ms%s%s\n", nvml_->devices().size(),
           dir_.c_str(), o_.poll_interval_ms, o_.no_samples ? " (samples off)" : "",
           reused_[kMeta] ? " (pins taken over in place)" : "");
@@ -542,6 +585,52 @@ void Bridge::start() {
       fprintf(stderr, "gpuscope: %s map id %u, BTF id %u (%s)\n", BridgePins::kNames[i], info.id, info.btf_id,
               reused_[i] ? "reused" : "created");
     }
+}
+
+// Registered before the bridge says it is publishing: an event from then on is delivered.
+void Bridge::start_events() {
+  events_ = std::make_unique<nvml::Events>(*nvml_, o_.verbose);
+  if (!events_->active()) return;
+  events_thread_ = thread_without_signals([this](std::stop_token stop) {
+    pthread_setname_np(pthread_self(), "gs-nvml-events");
+    NvmlEventRecord e;
+    while (!stop.stop_requested())
+      if (events_->wait(kEventWaitMs, e)) deliver(e);
+  });
+}
+
+void Bridge::deliver(const NvmlEventRecord& e) {
+  if (print_events_) print_event(e);
+  std::lock_guard g(subscribers_mu_);
+  for (auto& fn : subscribers_) fn(e);
+}
+
+void Bridge::print_event(const NvmlEventRecord& e) {
+  std::lock_guard g(out_mu_);
+  auto& buf = event_out_.buf();
+  if (o_.json) {
+    JsonLine j(buf);
+    j.record("nvml_event", e.ts_ns).num("device", e.device).str("uuid", e.uuid).str("pci_bus_id", e.pci_bus_id);
+    j.str("event", nvml_event_name(e.event_type)).num("event_type", e.event_type).num("data", e.data);
+    if (e.is_xid())
+      j.num("xid", e.data);
+    else
+      j.null("xid");
+    j.num("gpu_instance_id", e.gpu_instance_id).num("compute_instance_id", e.compute_instance_id).end();
+  } else {
+    static const Table table(
+        {{"TIME", -12}, {"GPU", 3}, {"PCI", -12}, {"UUID", -40}, {"EVENT", -24}, {"DATA", 6}, {"GI", 3}, {"CI", 0}});
+    if (!event_header_done_) table.header(buf);
+    event_header_done_ = true;
+    auto t = static_cast<time_t>(e.ts_ns / 1000000000);
+    tm tm{};
+    localtime_r(&t, &tm);
+    auto id = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
+    table.row(buf, {fmt::format("{:02}:{:02}:{:02}.{:03}", tm.tm_hour, tm.tm_min, tm.tm_sec, e.ts_ns / 1000000 % 1000),
+                    std::to_string(e.device), e.pci_bus_id, e.uuid, nvml_event_name(e.event_type),
+                    std::to_string(e.data), id(e.gpu_instance_id), id(e.compute_instance_id)});
+  }
+  event_out_.flush();
 }
 
 BridgeHolder bridge_holder(const std::string& pin_dir) {
@@ -561,15 +650,12 @@ BridgePublisher::BridgePublisher(const BridgeOptions& o) : impl_(std::make_uniqu
 BridgePublisher::~BridgePublisher() = default;
 bool BridgePublisher::tick() { return impl_->tick(); }
 size_t BridgePublisher::devices() const { return impl_->devices(); }
+void BridgePublisher::on_event(NvmlEventHandler fn) { impl_->on_event(std::move(fn)); }
+std::vector<NvmlDeviceId> BridgePublisher::device_ids() const { return impl_->device_ids(); }
 
 BridgeThread::BridgeThread(const BridgeOptions& o) : pub_(o), poll_ms_(o.poll_interval_ms) {
   pub_.tick();  // readers find data at once
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &block, &old);
-  thread_ = std::jthread([this](std::stop_token stop) {
+  thread_ = thread_without_signals([this](std::stop_token stop) {
     pthread_setname_np(pthread_self(), "gs-bridge");  // its CPU apart from its owner's, in top -H
     auto next = std::chrono::steady_clock::now();
     std::mutex m;
@@ -589,7 +675,6 @@ BridgeThread::BridgeThread(const BridgeOptions& o) : pub_(o), poll_ms_(o.poll_in
     }
     done_ = true;
   });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 BridgeThread::~BridgeThread() {

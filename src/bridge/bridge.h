@@ -2,12 +2,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include "bridge/nvml.h"
 
 namespace gpuscope {
+
+// Called on the bridge's NVML event thread, one event at a time: it must be quick and must not
+// subscribe from inside.
+using NvmlEventHandler = std::function<void(const NvmlEventRecord&)>;
 
 struct BridgeOptions {
   std::string nvml = "libnvidia-ml.so.1";
@@ -44,6 +53,10 @@ class BridgePublisher {
   // False when another bridge took the pins over.
   bool tick();
   size_t devices() const;
+  // Hands each NVML event received from now on to `fn` as well (docs/bridge.md, "NVML events").
+  void on_event(NvmlEventHandler fn);
+  // Each device's index, UUID and PCI bus id as NVML gives them.
+  std::vector<NvmlDeviceId> device_ids() const;
 
  private:
   std::unique_ptr<Bridge> impl_;
@@ -51,7 +64,8 @@ class BridgePublisher {
 
 // A BridgePublisher ticking on a thread of its own every poll interval, so that the owner's
 // loop (rescans, refreshes) never makes the data look stale to readers (starvation calls it
-// stale after 300 ms). SIGINT and SIGTERM stay with the owner's threads.
+// stale after 300 ms). SIGINT and SIGTERM stay with the owner's threads, away from it and from
+// the NVML event thread.
 class BridgeThread {
  public:
   explicit BridgeThread(const BridgeOptions& o);  // throws as BridgePublisher does
@@ -59,6 +73,10 @@ class BridgeThread {
   // Stopped: another bridge took the pins over, or a tick failed (why() says what).
   bool done() const { return done_; }
   std::string why() const;
+  // Each NVML event (Xid, double-bit ECC, …) from now on, on the bridge's event thread, which
+  // waits for them whether or not ticks go on.
+  void on_event(NvmlEventHandler fn) { pub_.on_event(std::move(fn)); }
+  std::vector<NvmlDeviceId> device_ids() const { return pub_.device_ids(); }
 
  private:
   BridgePublisher pub_;

@@ -1,6 +1,7 @@
 #include "bridge/nvml.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -10,7 +11,35 @@
 
 #include "bridge/bridge_maps.h"
 #include "common/loadable.h"
+#include "core/clock.h"
 #include "core/system.h"
+
+namespace gpuscope {
+
+bool NvmlEventRecord::is_xid() const { return event_type == nvml::kEventXid; }
+
+const char* nvml_event_name(uint64_t event_type) {
+  using namespace nvml;
+  switch (event_type) {
+    case kEventXid: return "xid";
+    case kEventSingleBitEcc: return "ecc_single_bit";
+    case kEventDoubleBitEcc: return "ecc_double_bit";
+    case kEventSingleBitEccStorm: return "ecc_single_bit_storm";
+    case kEventDramRetirement: return "dram_retirement";
+    case kEventDramRetirementFailure: return "dram_retirement_failure";
+    case kEventNonFatalPoison: return "poison_non_fatal";
+    case kEventFatalPoison: return "poison_fatal";
+    case kEventGpuUnavailable: return "gpu_unavailable";
+    case kEventGpuRecoveryAction: return "gpu_recovery_action";
+    case kEventPowerSourceChange: return "power_source_change";
+    case kEventPState: return "pstate";
+    case kEventClock: return "clock";
+    case kEventMigConfigChange: return "mig_config_change";
+  }
+  return "unknown";
+}
+
+}  // namespace gpuscope
 
 namespace gpuscope::nvml {
 
@@ -57,6 +86,10 @@ Library::Library(const std::string& path) {
        "nvmlDeviceGetComputeRunningProcesses_v3", a.process_utilization, "nvmlDeviceGetProcessUtilization",
        a.graphics_processes, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   if (!a.event_reasons) bind(dl_, a.event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  bind(dl_, a.uuid, "nvmlDeviceGetUUID", a.pci_info, "nvmlDeviceGetPciInfo_v3", a.event_set_create,
+       "nvmlEventSetCreate", a.supported_event_types, "nvmlDeviceGetSupportedEventTypes", a.register_events,
+       "nvmlDeviceRegisterEvents", a.event_set_wait, "nvmlEventSetWait_v2", a.event_set_free, "nvmlEventSetFree");
+  if (!a.pci_info) bind(dl_, a.pci_info, "nvmlDeviceGetPciInfo_v2");
 
   auto fail = [&](const char* what, Return r) {
     std::string msg = a.error_string ? a.error_string(r) : "";
@@ -150,6 +183,106 @@ Return Library::process_utilization(Device d, uint64_t last_seen_us, std::vector
   }
   out.clear();
   return r == kNotFound || r == kInsufficientSize ? kSuccess : r;
+}
+
+namespace {
+
+std::string error_text(const Api& a, Return r) {
+  const char* msg = a.error_string ? a.error_string(r) : nullptr;
+  return msg && *msg ? fmt::format("{}: {}", r, msg) : std::to_string(r);
+}
+
+}  // namespace
+
+Events::Events(const Library& lib, bool verbose) : lib_(lib) {
+  const Api& a = lib.api();
+  const auto& devs = lib.devices();
+  // The names are read here, once, so that a wait never makes other calls into NVML.
+  for (unsigned i = 0; i < devs.size(); i++) {
+    NvmlDeviceId id{i};
+    char uuid[96] = {};
+    if (a.uuid && a.uuid(devs[i], uuid, sizeof uuid - 1) == kSuccess) id.uuid = uuid;
+    // NVML_DEVICE_PCI_BUS_ID_FMT is "%08X:%02X:%02X.0"; the kernel log and sysfs write "%04x:%02x:%02x.0".
+    if (PciInfo pci{}; a.pci_info && a.pci_info(devs[i], &pci) == kSuccess)
+      id.pci_bus_id = fmt::format("{:04x}:{:02x}:{:02x}.0", pci.domain, pci.bus, pci.device);
+    ids_.push_back(std::move(id));
+  }
+  constexpr const char* kNotReported = "Xid, ECC and other critical GPU events from NVML are not reported";
+  const char* missing = !a.event_set_create  ? "nvmlEventSetCreate"
+                        : !a.register_events ? "nvmlDeviceRegisterEvents"
+                        : !a.event_set_wait  ? "nvmlEventSetWait_v2"
+                        : !a.event_set_free  ? "nvmlEventSetFree"
+                                             : nullptr;
+  if (missing) {
+    fprintf(stderr, "gpuscope: NVML does not export %s; %s\n", missing, kNotReported);
+    return;
+  }
+  if (Return r = a.event_set_create(&set_); r != kSuccess) {
+    set_ = nullptr;
+    fprintf(stderr, "gpuscope: nvmlEventSetCreate failed with %s; %s\n", error_text(a, r).c_str(), kNotReported);
+    return;
+  }
+  std::string unsupported, why;
+  size_t registered = 0;
+  for (unsigned i = 0; i < devs.size(); i++) {
+    unsigned long long supported = kCriticalEvents;
+    Return r = a.supported_event_types ? a.supported_event_types(devs[i], &supported) : kSuccess;
+    uint64_t types = supported & kCriticalEvents;
+    if (r == kSuccess && types == 0) r = kNotSupported;
+    if (r == kSuccess) r = a.register_events(devs[i], types, set_);
+    if (r != kSuccess) {
+      unsupported += fmt::format("{}{}", unsupported.empty() ? "" : ", ", i);
+      if (why.empty()) why = error_text(a, r);
+      continue;
+    }
+    registered++;
+    if (verbose) {
+      std::string names;
+      for (uint64_t bit = 1; bit; bit <<= 1)
+        if (types & bit) names += fmt::format("{}{}", names.empty() ? "" : ", ", nvml_event_name(bit));
+      fprintf(stderr, "gpuscope: device %u: NVML events registered: %s\n", i, names.c_str());
+    }
+  }
+  if (!unsupported.empty())
+    fprintf(stderr, "gpuscope: NVML events not supported on device %s (%s); %s there\n", unsupported.c_str(),
+            why.c_str(), kNotReported);
+  if (registered == 0) {
+    a.event_set_free(set_);
+    set_ = nullptr;
+  }
+}
+
+Events::~Events() {
+  if (set_) lib_.api().event_set_free(set_);
+}
+
+bool Events::wait(unsigned timeout_ms, NvmlEventRecord& out) {
+  if (!set_) return false;
+  const Api& a = lib_.api();
+  EventData e{};
+  Return r = a.event_set_wait(set_, &e, timeout_ms);
+  if (r == kTimeout) return false;
+  if (r != kSuccess) {
+    if (std::find(said_.begin(), said_.end(), r) == said_.end()) {
+      said_.push_back(r);
+      fprintf(stderr, "gpuscope: nvmlEventSetWait_v2 failed with %s; still waiting for NVML events\n",
+              error_text(a, r).c_str());
+    }
+    usleep(timeout_ms * 1000);
+    return false;
+  }
+  const auto& devs = lib_.devices();
+  auto it = std::find(devs.begin(), devs.end(), e.device);
+  if (it == devs.end()) return false;  // registered on none of ours: not attributable
+  out.ts_ns = realtime_ns();
+  out.event_type = e.eventType;
+  out.data = e.eventData;
+  out.device = static_cast<unsigned>(it - devs.begin());
+  out.uuid = ids_[out.device].uuid;
+  out.pci_bus_id = ids_[out.device].pci_bus_id;
+  out.gpu_instance_id = e.gpuInstanceId == ~0u ? -1 : static_cast<int>(e.gpuInstanceId);
+  out.compute_instance_id = e.computeInstanceId == ~0u ? -1 : static_cast<int>(e.computeInstanceId);
+  return true;
 }
 
 }  // namespace gpuscope::nvml

@@ -12,3 +12,6 @@ target_link_libraries(bridge_test PRIVATE gstest_harness gpuscope_core GTest::gt
 target_compile_definitions(bridge_test PRIVATE NVML_STANDIN="$<TARGET_FILE:nvml_standin>" BPFTOOL="${BPFTOOL}"
   IG_CONSUMER="$<TARGET_FILE:bridge_ig_consumer>")
 gtest_discover_tests(bridge_test PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+# NVML events (issue 44): the stand-in delivers what a test appends; BridgeThread in-process.
+gstest_integration(bridge_events_test 60 DEPS nvml_standin DEFS NVML_STANDIN="$<TARGET_FILE:nvml_standin>")
+target_link_libraries(bridge_events_test PRIVATE gpuscope_bridge)
