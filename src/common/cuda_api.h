@@ -17,6 +17,7 @@ enum gs_role {
 	GS_ROLE_CAPTURE = 1 << 4,      /* kernels: begins or ends stream capture (.special) */
 	GS_ROLE_NAMER = 1 << 5,        /* kernels: gives a kernel handle its name (.namer) */
 	GS_ROLE_CONTEXT = 1 << 6, /* memleak: makes, ends or switches a CUDA context (.ctx_op) */
+	GS_ROLE_FAULT = 1 << 7,   /* errors: can return an earlier asynchronous fault (sticky) */
 };
 
 enum gs_special {
@@ -97,8 +98,8 @@ struct gs_api_desc {
  * per-thread-stream variants (_ptsz, _ptds) are probed with the same row. */
 #define GS_APIS(X)                                                                                 \
 	X(CUDA_MALLOC, cudaMalloc, .layer = GS_RT, .out = GS_OUT_PTR, .outp = GS_ARG(0),           \
-	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC,          \
-	  .mem_cat = GS_MEM_DEVICE)                                                                \
+	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM | GS_ROLE_FAULT,                  \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)                                        \
 	X(CUDA_MALLOC_MANAGED, cudaMallocManaged, .layer = GS_RT, .out = GS_OUT_PTR,               \
 	  .outp = GS_ARG(0), .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM,               \
 	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_MANAGED)                                       \
@@ -106,13 +107,15 @@ struct gs_api_desc {
 	  .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2),                               \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)   \
 	X(CUDA_FREE, cudaFree, .layer = GS_RT, .ptr = GS_ARG(0),                                   \
-	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM | GS_ROLE_FAULT, .mem_op = GS_MEM_FREE,              \
+	  .mem_cat = GS_MEM_DEVICE)                                                                \
 	X(CUDA_FREE_ASYNC, cudaFreeAsync, .layer = GS_RT, .ptr = GS_ARG(0), .stream = GS_ARG(1),   \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
 	X(CUDA_MEMCPY, cudaMemcpy, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0),            \
-	  .src = GS_ARG(1), .kind = GS_ARG(3), .roles = GS_ROLE_CALL)                              \
+	  .src = GS_ARG(1), .kind = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)              \
 	X(CUDA_MEMCPY_ASYNC, cudaMemcpyAsync, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0), \
-	  .src = GS_ARG(1), .kind = GS_ARG(3), .stream = GS_ARG(4), .roles = GS_ROLE_CALL)         \
+	  .src = GS_ARG(1), .kind = GS_ARG(3), .stream = GS_ARG(4),                                \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CUDA_MEMSET, cudaMemset, .layer = GS_RT, .size = GS_ARG(2), .ptr = GS_ARG(0),            \
 	  .roles = GS_ROLE_CALL)                                                                   \
 	X(CUDA_LAUNCH_KERNEL, cudaLaunchKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH,        \
@@ -132,14 +135,15 @@ struct gs_api_desc {
 	X(CUDA_STREAM_CREATE, cudaStreamCreate, .layer = GS_RT, .out = GS_OUT_STREAM,              \
 	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL)                                                \
 	X(CUDA_STREAM_SYNCHRONIZE, cudaStreamSynchronize, .layer = GS_RT, .stream = GS_ARG(0),     \
-	  .roles = GS_ROLE_CALL)                                                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CUDA_EVENT_CREATE, cudaEventCreate, .layer = GS_RT, .out = GS_OUT_EVENT,                 \
 	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL)                                                \
 	X(CUDA_EVENT_RECORD, cudaEventRecord, .layer = GS_RT, .stream = GS_ARG(1),                 \
 	  .event = GS_ARG(0), .roles = GS_ROLE_CALL)                                               \
 	X(CUDA_EVENT_SYNCHRONIZE, cudaEventSynchronize, .layer = GS_RT, .event = GS_ARG(0),        \
-	  .roles = GS_ROLE_CALL)                                                                   \
-	X(CUDA_DEVICE_SYNCHRONIZE, cudaDeviceSynchronize, .layer = GS_RT, .roles = GS_ROLE_CALL)   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
+	X(CUDA_DEVICE_SYNCHRONIZE, cudaDeviceSynchronize, .layer = GS_RT,                          \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CUDA_GET_DEVICE, cudaGetDevice, .layer = GS_RT, .out = GS_OUT_DEVICE, .outp = GS_ARG(0), \
 	  .roles = GS_ROLE_CALL)                                                                   \
 	X(CUDA_SET_DEVICE, cudaSetDevice, .layer = GS_RT, .device = GS_ARG(0),                     \
@@ -159,13 +163,14 @@ struct gs_api_desc {
 	  .special = GS_SP_CAPTURE_END, .out = GS_OUT_GRAPH, .outp = GS_ARG(1),                    \
 	  .stream = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CAPTURE)                            \
 	X(CU_MEM_ALLOC, cuMemAlloc_v2, .layer = GS_DRV, .out = GS_OUT_PTR, .outp = GS_ARG(0),      \
-	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC,          \
-	  .mem_cat = GS_MEM_DEVICE)                                                                \
+	  .size = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM | GS_ROLE_FAULT,                  \
+	  .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)                                        \
 	X(CU_MEM_ALLOC_ASYNC, cuMemAllocAsync, .layer = GS_DRV, .out = GS_OUT_PTR,                 \
 	  .outp = GS_ARG(0), .size = GS_ARG(1), .stream = GS_ARG(2),                               \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)   \
 	X(CU_MEM_FREE, cuMemFree_v2, .layer = GS_DRV, .ptr = GS_ARG(0),                            \
-	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
+	  .roles = GS_ROLE_CALL | GS_ROLE_MEM | GS_ROLE_FAULT, .mem_op = GS_MEM_FREE,              \
+	  .mem_cat = GS_MEM_DEVICE)                                                                \
 	X(CU_MEM_FREE_ASYNC, cuMemFreeAsync, .layer = GS_DRV, .ptr = GS_ARG(0),                    \
 	  .stream = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE,         \
 	  .mem_cat = GS_MEM_DEVICE)                                                                \
@@ -181,14 +186,16 @@ struct gs_api_desc {
 	X(CU_MEM_UNMAP, cuMemUnmap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0),          \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_UNMAP, .mem_cat = GS_MEM_VMM)  \
 	X(CU_MEMCPY_HTOD, cuMemcpyHtoD_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
-	  .src = GS_ARG(1), .kind_fixed = GS_ARG(1), .roles = GS_ROLE_CALL)                        \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)        \
 	X(CU_MEMCPY_DTOH, cuMemcpyDtoH_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
-	  .src = GS_ARG(1), .kind_fixed = GS_ARG(2), .roles = GS_ROLE_CALL)                        \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)        \
 	X(CU_MEMCPY_ASYNC, cuMemcpyAsync, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),    \
-	  .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(4), .roles = GS_ROLE_CALL)   \
+	  .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(4),                          \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CU_STREAM_SYNCHRONIZE, cuStreamSynchronize, .layer = GS_DRV, .stream = GS_ARG(0),        \
-	  .roles = GS_ROLE_CALL)                                                                   \
-	X(CU_CTX_SYNCHRONIZE, cuCtxSynchronize, .layer = GS_DRV, .roles = GS_ROLE_CALL)            \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
+	X(CU_CTX_SYNCHRONIZE, cuCtxSynchronize, .layer = GS_DRV,                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CUDA_MALLOC_FROM_POOL_ASYNC, cudaMallocFromPoolAsync, .layer = GS_RT,                    \
 	  .roles = GS_ROLE_MEM, .mem_op = GS_MEM_ALLOC, .mem_cat = GS_MEM_DEVICE)                  \
 	X(CUDA_MALLOC_PITCH, cudaMallocPitch, .layer = GS_RT, .roles = GS_ROLE_MEM,                \
@@ -248,6 +255,19 @@ struct gs_api_desc {
 	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx = GS_ARG(0), .ctx_op = GS_CTX_PUSH)        \
 	X(CU_CTX_POP_CURRENT, cuCtxPopCurrent_v2, .layer = GS_DRV, .out = GS_OUT_CTX,              \
 	  .outp = GS_ARG(0), .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_POP)        \
+	X(CUDA_STREAM_QUERY, cudaStreamQuery, .layer = GS_RT, .stream = GS_ARG(0),                 \
+	  .roles = GS_ROLE_FAULT)                                                                  \
+	X(CUDA_EVENT_QUERY, cudaEventQuery, .layer = GS_RT, .event = GS_ARG(0),                    \
+	  .roles = GS_ROLE_FAULT)                                                                  \
+	X(CU_EVENT_SYNCHRONIZE, cuEventSynchronize, .layer = GS_DRV, .event = GS_ARG(0),           \
+	  .roles = GS_ROLE_FAULT)                                                                  \
+	X(CU_STREAM_QUERY, cuStreamQuery, .layer = GS_DRV, .stream = GS_ARG(0),                    \
+	  .roles = GS_ROLE_FAULT)                                                                  \
+	X(CU_EVENT_QUERY, cuEventQuery, .layer = GS_DRV, .event = GS_ARG(0),                       \
+	  .roles = GS_ROLE_FAULT)                                                                  \
+	X(CU_MEMCPY_DTOH_ASYNC, cuMemcpyDtoHAsync_v2, .layer = GS_DRV, .size = GS_ARG(2),          \
+	  .dst = GS_ARG(0), .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(2),        \
+	  .roles = GS_ROLE_FAULT)                                                                  \
 	X(CUDA_DEVICE_RESET, cudaDeviceReset, .layer = GS_RT,                                      \
 	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)
 

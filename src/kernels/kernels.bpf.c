@@ -84,6 +84,10 @@ __u8 lat_rows[GS_API_COUNT];
  * never asks whether it is nested in one. */
 const volatile bool driver_only = false;
 
+/* Each row keeps the time of its latest launch (errors: the kernels since a process's last
+ * successful synchronization). Off, the verifier drops the stores. */
+const volatile bool track_last_launch = false;
+
 /* The namer kind of the row a naming probe is attached at (its cookie). */
 static __always_inline __u32 namer_of(struct pt_regs *ctx)
 {
@@ -170,17 +174,24 @@ static __always_inline int launch_scoped(struct pt_regs *ctx, const enum gs_k_si
 	struct gs_k_val *v = bpf_map_lookup_elem(&counts, &k);
 	if (v) {
 		__sync_fetch_and_add(&v->count, 1);
+		if (track_last_launch)
+			v->last_launch_ns = bpf_ktime_get_ns();
 		return 0;
 	}
 	struct gs_k_val nv = {.count = 1,
 	                      .caller = gs_return_address(ctx),
 	                      .cgroup_id = bpf_get_current_cgroup_id()};
+	if (track_last_launch)
+		nv.last_launch_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&counts, &k, &nv, BPF_NOEXIST)) {
 		v = bpf_map_lookup_elem(&counts, &k); /* lost a race to create it */
-		if (v)
+		if (v) {
 			__sync_fetch_and_add(&v->count, 1);
-		else
+			if (track_last_launch)
+				v->last_launch_ns = nv.last_launch_ns;
+		} else {
 			count_drop(GS_K_DROP_ROWS_FULL);
+		}
 		return 0;
 	}
 	__u8 one = 1;

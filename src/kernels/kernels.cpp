@@ -210,6 +210,7 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
       [&](kernels_bpf* skel) {
         apply_scope(skel, cfg_.scope);
         skel->rodata->driver_only = driver_only_;
+        skel->rodata->track_last_launch = cfg_.track_last_launch;
         if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
         auto& p = skel->progs;
         std::vector<bpf_program*> timed{p.gs_k_cu_launch_timed, p.gs_k_cu_launch_ex_timed, p.gs_k_cu_graph_timed,
@@ -267,9 +268,10 @@ void KernelsCollector::start(UprobeSession& session) {
   // Processes already running: their handle variables are read now, so that the ELF files
   // are parsed before counting is announced rather than on their first launch.
   for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
-  if (!cfg_.naming_only) return;
+  if (!cfg_.naming_only && !cfg_.track_last_launch) return;
   // trace reads its events in batches, often after a short-lived process has gone: its
-  // mappings are read while it runs, so that host functions and stubs still resolve.
+  // mappings are read while it runs, so that host functions and stubs still resolve. errors
+  // names the kernels of a process that faulted, which often ends at once.
   for (pid_t pid : session.initial_pids()) syms_.snapshot(pid);
   session.on_maps_changed([this](pid_t pid) {
     syms_.forget(pid);
@@ -283,9 +285,9 @@ void KernelsCollector::tick() {
   learn_new_keys();
   if (!said_gone_.empty()) forget_announced(std::exchange(said_gone_, {}));
   auto now = std::chrono::steady_clock::now();
-  // trace snapshots every process it notices, but only those that launched report their exit:
-  // the others are forgotten once seen gone twice, so that their symbol tables are let go.
-  if (cfg_.naming_only && now >= next_sweep_) {
+  // trace (and errors) snapshot every process they notice, but only those that launched report
+  // their exit: the others are forgotten once seen gone twice, so that their symbol tables go.
+  if ((cfg_.naming_only || cfg_.track_last_launch) && now >= next_sweep_) {
     next_sweep_ = now + std::chrono::seconds(2);
     std::set<pid_t> dead;
     std::set<uint32_t> gone;
@@ -561,6 +563,33 @@ std::vector<KernelRow> KernelsCollector::snapshot() {
   learn_keys(counts);
   retry_unknown();
   return rows_of(counts);
+}
+
+std::vector<LaunchedKernel> KernelsCollector::launched_since(uint32_t pid, uint64_t since_ns, size_t max) {
+  std::vector<std::pair<Key, gs_k_val>> rows;
+  if (!cfg_.track_last_launch) return {};
+  for_each_entry<gs_k_key, gs_k_val>(bpf_map__fd(skel_->maps.counts), [&](const gs_k_key& key, const gs_k_val& v) {
+    if (key.pid == pid && v.last_launch_ns > since_ns) rows.emplace_back(Key{key.pid, key.layer, key.handle}, v);
+  });
+  std::sort(rows.begin(), rows.end(),
+            [](auto& a, auto& b) { return a.second.last_launch_ns > b.second.last_launch_ns; });
+  if (rows.size() > max) rows.resize(max);
+  std::vector<Key> fresh;
+  for (auto& [k, v] : rows) {
+    callers_.try_emplace(k, v.caller);
+    cgroups_.try_emplace(pid, v.cgroup_id);
+    if (!resolved_.count(k) && !guessed_.count(k)) fresh.push_back(k);
+  }
+  name_fresh(fresh);
+  std::set<uint32_t> only{pid};
+  retry_unknown(&only);
+  std::vector<LaunchedKernel> out;
+  for (auto& [k, v] : rows) {
+    auto it = resolved_.find(k);
+    Name nm = it != resolved_.end() ? it->second : guessed_.count(k) ? guessed_[k] : Name{"[unknown ?]", "?"};
+    out.push_back({std::move(nm.kernel), std::move(nm.module), std::get<1>(k), v.count, v.last_launch_ns});
+  }
+  return out;
 }
 
 // Unknown rows get another chance from names learned since, without rescanning the process:

@@ -35,6 +35,7 @@ struct gs_k_val {
 	__u64 count;
 	__u64 caller; /* return address of the first launch counted: names the module */
 	__u64 cgroup_id; /* the first launch's cgroup v2 id: its container, after the process has gone */
+	__u64 last_launch_ns; /* CLOCK_MONOTONIC of the latest launch; 0 unless track_last_launch */
 };
 
 /* A driver handle and the runtime handle whose launch reached the driver with it. */
@@ -79,7 +80,7 @@ enum gs_k_drop {
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_k_key) == 16);
-static_assert(sizeof(gs_k_val) == 24);
+static_assert(sizeof(gs_k_val) == 32);
 static_assert(sizeof(gs_k_alias_key) == 16);
 static_assert(sizeof(gs_k_named_key) == 32);
 static_assert(sizeof(gs_k_event) == 48 + GS_K_NAME_LEN);

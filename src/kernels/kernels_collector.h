@@ -43,6 +43,14 @@ struct KernelRow {
   bool graph() const;
 };
 
+// A kernel a process launched lately (KernelsCollector::launched_since).
+struct LaunchedKernel {
+  std::string kernel, module;   // as KernelRow names them
+  uint32_t layer = 0;           // enum gs_k_layer
+  uint64_t launches = 0;        // cumulative, since the row appeared
+  uint64_t last_launch_ns = 0;  // CLOCK_MONOTONIC of its latest launch
+};
+
 // Where launches are counted. Every launch that runs reaches the driver's exported entry
 // points, so with a driver loaded one probe per launch at that layer counts them all; without
 // one (no GPU), runtime launches fail before reaching it and are counted where they are made.
@@ -59,6 +67,9 @@ class KernelsCollector {
     // The driver's launch programs load as uprobe sessions that can also time launches for a
     // latency collector (launch_timing_host), so that one program per launch serves both.
     bool offer_launch_timing = false;
+    // Each row keeps the time of its latest launch, for launched_since (errors); off, launches
+    // cost nothing more.
+    bool track_last_launch = false;
   };
   struct Stats {
     uint64_t rows_full = 0;      // launches not counted: row map full
@@ -103,6 +114,11 @@ class KernelsCollector {
   // The kernel a launch's handle names (or the host function), from the same names the
   // counted rows get; empty while unknown (asked again after a second).
   std::string name_of(uint32_t pid, uint64_t handle, bool host_function);
+  // The kernels `pid` launched after `since_ns` (CLOCK_MONOTONIC; 0: all), latest first, at most
+  // `max`, named as snapshot() names rows; launches are the row's cumulative count. Needs
+  // Config::track_last_launch (else empty), and the process's rows: call it before its exit is
+  // finished (defer_exits).
+  std::vector<LaunchedKernel> launched_since(uint32_t pid, uint64_t since_ns, size_t max);
   // Why launches are counted where they are: the first line of -v.
   const std::string& layer_reason() const { return layer_reason_; }
   // What -v says once about naming (learned or failed driver layouts); emptied by the call.
