@@ -1,0 +1,241 @@
+// gpuscope errors: GPU errors as they happen, one line each (a table, or JSON lines): the
+// driver's Xids from the kernel log and the first sticky CUDA error of each process, joined.
+#include <time.h>
+
+#include <cstdio>
+
+#include "core/cli.h"
+#include "core/clock.h"
+#include "core/event_loop.h"
+#include "core/output.h"
+#include "core/system.h"
+#include "core/where.h"
+#include "errors/errors_collector.h"
+
+namespace gpuscope {
+
+namespace {
+
+struct ErrorsOptions {
+  CommonFlags common;
+  Scope scope;
+  std::string kmsg = "/dev/kmsg";
+  std::string kmsg_state;
+  bool from_start = false;
+  double window_s = 5;
+};
+
+std::string clock_cell(uint64_t realtime_ns) {
+  time_t t = static_cast<time_t>(realtime_ns / 1'000'000'000);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+std::string device_cell(const GpuDevice& d) {
+  if (d.index >= 0) return fmt::format("{}", d.index);
+  return d.pci_bus_id.empty() ? "-" : d.pci_bus_id;
+}
+
+class ErrorsView {
+ public:
+  explicit ErrorsView(const ErrorsOptions& o)
+      : o_(o),
+        table_(where_.table({{"TIME", -8},
+                             {"PID", 7},
+                             {"COMM", -16},
+                             {"KIND", -10},
+                             {"ERROR", -34},
+                             {"CLASS", -13},
+                             {"ACTION", -11},
+                             {"DEVICE", -12},
+                             {"DETAIL", 0}},
+                            3)) {}
+
+  void header() {
+    if (o_.common.json) return;
+    table_.header(out_.buf());
+    out_.flush();
+  }
+
+  void print(const std::vector<GpuError>& rs) {
+    for (auto& r : rs) o_.common.json ? json(r) : text(r);
+    out_.flush();
+  }
+
+  void summary(const ErrorsStats& s, size_t records) {
+    const KmsgStats& k = s.kmsg;
+    if (o_.common.json)
+      JsonLine(out_.buf())
+          .record("summary", realtime_ns())
+          .num("records", records)
+          .num("xids", k.xids)
+          .num("sticky", s.sticky_events)
+          .num("nvml_events", s.nvml_events)
+          .num("kmsg_records", k.records)
+          .num("kmsg_lost", k.lost)
+          .num("kmsg_overruns", k.overruns)
+          .num("lost_ringbuf_full", s.bpf_lost_events)
+          .num("untracked_procs_full", s.bpf_procs_full)
+          .num("uncounted_counts_full", s.bpf_counts_full)
+          .num("records_dropped", s.records_dropped)
+          .end();
+    out_.flush();
+    fprintf(stderr,
+            "gpuscope: %zu errors (%llu Xids from the kernel log, %llu sticky CUDA errors); kernel log: %llu records, "
+            "%llu lost, %llu overruns; sticky errors lost: %llu (ring buffer full), %llu (process map full), %llu "
+            "later ones uncounted; %llu records dropped\n",
+            records, (unsigned long long)k.xids, (unsigned long long)s.sticky_events, (unsigned long long)k.records,
+            (unsigned long long)k.lost, (unsigned long long)k.overruns, (unsigned long long)s.bpf_lost_events,
+            (unsigned long long)s.bpf_procs_full, (unsigned long long)s.bpf_counts_full,
+            (unsigned long long)s.records_dropped);
+  }
+
+ private:
+  void json(const GpuError& r) {
+    JsonLine j(out_.buf());
+    j.record(error_kind_name(r.kind), r.realtime_ns).num("id", r.id);
+    if (r.pid) put_process_fields(j, *r.pid, r.comm, r.container);
+    if (r.kind == ErrorKind::kSticky) {
+      j.num("tid", r.tid)
+          .str("api", r.api_name)
+          .str("layer", r.layer)
+          .num("code", r.code)
+          .str("code_name", r.code_name)
+          .num("last_ok_sync_ns", r.last_ok_sync_ns);
+      j.begin_array("kernels");
+      for (auto& k : r.kernels_since)
+        j.begin_object().str("kernel", k.kernel).str("module", k.module).num("launches", k.launches).end_object();
+      j.end_array().boolean("kernels_truncated", r.kernels_truncated);
+    } else {
+      j.num("gpu", r.device.index).str("uuid", r.device.uuid).str("pci_bus_id", r.device.pci_bus_id);
+      if (r.kind == ErrorKind::kXid)
+        j.num("xid", r.xid)
+            .str("meaning", r.info.meaning)
+            .str("class", xid_class_name(r.info.cls))
+            .str("action", xid_action_name(r.info.action));
+      else
+        j.str("event", r.nvml_event).num("event_type", r.nvml_event_type);
+      j.str("source", r.from_kmsg && r.from_nvml ? "kmsg+nvml"
+                      : r.from_kmsg              ? "kmsg"
+                                                 : "nvml")
+          .boolean("injected", r.injected)
+          .num("kmsg_seq", r.kmsg_seq)
+          .num("kmsg_ts_us", r.kmsg_ts_us)
+          .str("message", r.message)
+          .num("gpu_instance", r.gpu_instance)
+          .num("compute_instance", r.compute_instance);
+    }
+    if (r.joined)
+      j.num("joined", *r.joined);
+    else
+      j.null("joined");
+    j.end();
+  }
+
+  void text(const GpuError& r) {
+    std::string error, cls = "-", action = "-", detail;
+    if (r.kind == ErrorKind::kSticky) {
+      error = fmt::format("{} ({})", r.code_name, r.code);
+      detail = "at " + r.api_name;
+      if (!r.kernels_since.empty()) {
+        detail += "; kernels since last sync:";
+        for (size_t i = 0; i < r.kernels_since.size(); i++) detail += (i ? ", " : " ") + r.kernels_since[i].kernel;
+        if (r.kernels_truncated) detail += ", …";
+      }
+    } else {
+      error = r.kind == ErrorKind::kXid ? fmt::format("Xid {}", r.xid) : r.nvml_event;
+      cls = xid_class_name(r.info.cls);
+      action = xid_action_name(r.info.action);
+      detail = r.kind == ErrorKind::kXid ? r.info.meaning : "";
+      if (r.injected) detail += " (injected)";
+    }
+    if (r.joined) detail += fmt::format(" [joined #{}]", *r.joined);
+    std::vector<std::string> cells{clock_cell(r.realtime_ns),
+                                   r.pid ? fmt::format("{}", *r.pid) : "-",
+                                   r.pid ? r.comm : "-",
+                                   fmt::format("{} #{}", r.kind == ErrorKind::kSticky ? "cuda" : "xid", r.id),
+                                   error,
+                                   cls,
+                                   action,
+                                   device_cell(r.device),
+                                   detail};
+    if (r.kind == ErrorKind::kNvmlEvent) cells[3] = fmt::format("nvml #{}", r.id);
+    // The record's container, read when it was taken: the process may be gone by now.
+    std::vector<std::string> where;
+    where.push_back(r.pid ? (r.container.display().empty() ? "-" : r.container.display()) : "-");
+    if (where_.kubernetes()) {
+      where.push_back(r.container.pod.empty() ? "-" : r.container.pod);
+      where.push_back(r.container.ns.empty() ? "-" : r.container.ns);
+    }
+    cells.insert(cells.begin() + 3, where.begin(), where.end());
+    table_.row(out_.buf(), cells);
+  }
+
+  const ErrorsOptions& o_;
+  WhereView where_{o_.scope};
+  Table table_;
+  Writer out_;
+};
+
+int run_errors(const ErrorsOptions& o) {
+  require_bpf_privileges();
+  set_libbpf_verbose(o.common.verbose);
+  UprobeSession session(o.scope, o.common.verbose);
+  ErrorsCollector::Config cfg;
+  cfg.scope = o.scope;
+  cfg.kmsg_path = o.kmsg;
+  cfg.kmsg_state = o.kmsg_state;
+  cfg.from_start = o.from_start;
+  cfg.window_s = o.window_s;
+  ErrorsCollector errors(session, cfg);
+  if (!errors.kmsg_error().empty())
+    fprintf(stderr, "gpuscope: %s: no Xids from the kernel log; sticky CUDA errors are still watched\n",
+            errors.kmsg_error().c_str());
+  ErrorsView view(o);
+  session.start();
+  errors.start(session);
+  EventLoop loop(o.common.duration_s);
+  errors.watch(loop);
+  session.watch(loop, false);
+  loop.after_wakeup([&] { view.print(errors.take_ready()); });
+  auto st = session.stats();
+  fprintf(stderr, "gpuscope: watching %s sticky CUDA errors at %zu probes in %zu CUDA objects. Ctrl-C to end.\n",
+          errors.kmsg_error().empty() && !o.kmsg.empty() ? ("the kernel log " + o.kmsg + " and").c_str() : "",
+          st.probes, st.objects);
+  view.header();
+  loop.run();
+  errors.poll();
+  session.detach();
+  errors.detach();
+  errors.poll();
+  view.print(errors.take_ready(true));
+  view.summary(errors.stats(), errors.records().size());
+  return 0;
+}
+
+}  // namespace
+
+void register_errors(CLI::App& app) {
+  auto [cmd, o] = new_command<ErrorsOptions>(
+      app, "errors",
+      "GPU errors as they happen: the driver's Xids (kernel log) and sticky CUDA errors, with their process, "
+      "container and the kernels before them",
+      run_errors);
+  cmd->add_option("--kmsg", o->kmsg, "The kernel log: /dev/kmsg (default), or a saved log to replay");
+  cmd->add_option("--kmsg-state", o->kmsg_state,
+                  "Keep the last kernel-log sequence number read here, so that a restart reports no Xid twice");
+  cmd->add_flag("--from-start", o->from_start, "Also the Xid lines already in the kernel log");
+  add_number(cmd, "--window", o->window_s,
+             "Join a sticky error and an Xid of the same process this close (default 5); records wait this long "
+             "for their partner",
+             "seconds", 0, 3600);
+  cmd->footer(
+      "EXAMPLES:\n"
+      "  gpuscope errors                             # Xids and sticky CUDA errors, host-wide\n"
+      "  gpuscope errors --json -p 1234\n"
+      "  gpuscope errors --kmsg saved-dmesg.txt -d 1 # replay a saved log");
+}
+GPUSCOPE_COMMAND(register_errors, 65);
+
+}  // namespace gpuscope
