@@ -153,7 +153,7 @@ class ErrorsView {
     if (r.joined) detail += fmt::format(" [joined #{}]", *r.joined);
     std::vector<std::string> cells{clock_cell(r.realtime_ns),
                                    r.pid ? fmt::format("{}", *r.pid) : "-",
-                                   r.pid ? r.comm : "-",
+                                   r.pid && !r.comm.empty() ? r.comm : "-",
                                    fmt::format("{} #{}", r.kind == ErrorKind::kSticky ? "cuda" : "xid", r.id),
                                    error,
                                    cls,
