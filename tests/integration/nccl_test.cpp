@@ -295,6 +295,8 @@ TEST(Nccl, RefusesBadInput) {
   expect_usage_error("nccl", {"--interval", "0"});
   EXPECT_EQ(expect_usage_error("nccl", {"--nccl-lib", "/nonexistent/libnccl.so.2"}).err,
             "gpuscope: --nccl-lib /nonexistent/libnccl.so.2: No such file or directory\n");
+  EXPECT_EQ(expect_usage_error("nccl", {"--nccl-lib", NCCL_RANK}).err,
+            std::string("gpuscope: --nccl-lib ") + NCCL_RANK + ": not the library: no ncclAllReduce\n");
   Process other({"/bin/sleep", "30"});
   EXPECT_EQ(expect_usage_error("nccl", {"-p", std::to_string(other.pid())}).err,
             "gpuscope: pid " + std::to_string(other.pid()) + " maps no libnccl.so.2\n");
