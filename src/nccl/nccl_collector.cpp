@@ -279,6 +279,7 @@ void NcclCollector::process_exit(pid_t pid) {
   for (size_t k : keys) end_rank(k);
   threads_.erase(threads_.lower_bound({pid, 0}), threads_.upper_bound({pid, UINT32_MAX}));
   init_alls_.erase(pid);
+  pids_.erase(pid);
   process_names_.erase(pid);
   names_.forget(static_cast<uint32_t>(pid));
   // The communicators it never destroyed: their sequence counters.
@@ -523,6 +524,8 @@ void NcclCollector::match(uint64_t now_ns) {
 
 NcclSnapshot NcclCollector::take() {
   drain();
+  // Processes that mapped the library and never called it report no exit.
+  for (auto it = pids_.begin(); it != pids_.end();) it = process_running(*it) ? std::next(it) : pids_.erase(it);
   infer_splits();
   match(monotonic_ns());
   NcclSnapshot snap;

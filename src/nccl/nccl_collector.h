@@ -126,6 +126,7 @@ class NcclCollector {
   size_t library_files() const;
   // Copies attached since the previous call.
   std::vector<Attached> take_attached() { return std::exchange(attached_, {}); }
+  // Running processes seen mapping the library or calling it.
   const std::set<pid_t>& nccl_pids() const { return pids_; }
   void detach();
 
