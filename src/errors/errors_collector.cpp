@@ -32,7 +32,8 @@ uint64_t mono_now_ns() {
   return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(t.tv_nsec);
 }
 
-// NVML writes the domain with 8 digits ("00000000:3B:00.0"), the kernel log with 4.
+// NVML writes the domain with 8 digits ("00000000:3B:00.0"), the kernel log with 4: kept in the
+// kernel log's form.
 std::string pci_key(const std::string& id) {
   std::string n = normalize_pci_bus_id(id);
   size_t colon = n.find(':');
@@ -210,7 +211,7 @@ void ErrorsCollector::add_nvml_event(const NvmlXid& e) {
   GpuError r;
   r.kind = e.event_type == kNvmlEventXid ? ErrorKind::kXid : ErrorKind::kNvmlEvent;
   r.realtime_ns = e.realtime_ns ? e.realtime_ns : realtime_ns();
-  r.device = {e.gpu_index, e.uuid, normalize_pci_bus_id(e.pci_bus_id)};
+  r.device = {e.gpu_index, e.uuid, pci_key(e.pci_bus_id)};
   if (r.kind == ErrorKind::kXid) {
     r.xid = static_cast<int>(e.data);
     r.info = xid_info(r.xid);
@@ -238,7 +239,7 @@ void ErrorsCollector::fill_device(GpuDevice& d) const {
     if (!same) continue;
     if (d.index < 0) d.index = g.index;
     if (d.uuid.empty()) d.uuid = g.uuid;
-    if (d.pci_bus_id.empty()) d.pci_bus_id = normalize_pci_bus_id(g.pci_bus_id);
+    if (d.pci_bus_id.empty()) d.pci_bus_id = pci_key(g.pci_bus_id);
     return;
   }
 }

@@ -58,7 +58,7 @@ struct GpuError {
   uint64_t id = 0;  // 1, 2, … in the order they were taken
   ErrorKind kind = ErrorKind::kXid;
   uint64_t realtime_ns = 0;
-  GpuDevice device;  // what is known: the kernel log gives the PCI bus id, NVML the index and UUID
+  GpuDevice device;  // what is known (the PCI bus id as the kernel log writes it: 0000:3b:00.0)
   // The process, where known (a kernel-log Xid names it; NVML's never do).
   std::optional<uint32_t> pid;
   uint32_t tid = 0;  // sticky: the thread whose call returned it

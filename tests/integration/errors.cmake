@@ -1,3 +1,5 @@
 # gpuscope errors: a saved kernel log replayed, the stand-in's sticky error after named kernels,
 # the two joined, bad input, and the real libcudart without a GPU.
 gstest_integration(errors_test 90 DEPS standin_app cuda_fixtures)
+# The collector itself too, for NVML's events as the bridge hands them over.
+target_link_libraries(errors_test PRIVATE gpuscope_errors_collector)

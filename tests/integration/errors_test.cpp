@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/containers.h"
+#include "errors/errors_collector.h"
 #include "harness.h"
 #include "usage_error.h"
 
@@ -302,4 +303,80 @@ TEST(Errors, InsufficientDriverIsNotSticky) {
   auto e = of_type(lines, "cuda_error", app.pid);
   ASSERT_EQ(e.size(), 1u);
   expect_sticky_line(e[0], app, w, t0, t1);
+}
+
+// NVML's events through the collector, as the bridge hands them over (from its own thread): an
+// Xid the kernel log also reports is one record with what each source knows, the bridge's device
+// list fills the index and UUID of a kernel-log Xid, other critical events are nvml_event records,
+// and the records kept are bounded (oldest dropped, counted).
+TEST(Errors, NvmlEventsMergeWithTheKernelLogAndAreBounded) {
+  TempFile log("nvml",
+               "3,501,100,-;NVRM: Xid (PCI:0000:3b:00): 31, pid=3999981, name=python3, Ch 00000008, MMU Fault\n");
+  gpuscope::UprobeSession session({}, false);
+  gpuscope::ErrorsCollector::Config cfg;
+  cfg.kmsg_path = log.path;
+  cfg.sticky = false;
+  cfg.max_records = 3;
+  gpuscope::ErrorsCollector c(session, cfg);
+  ASSERT_EQ(c.kmsg_error(), "");
+  std::thread bridge([&] {
+    c.set_devices({{0, "GPU-aaaa", "00000000:3B:00.0"}, {1, "GPU-bbbb", "00000000:5E:00.0"}});
+  });
+  bridge.join();
+  c.poll();
+  uint64_t now = realtime_now();
+  std::thread events([&] {
+    c.add_nvml_event({now, 0, "GPU-aaaa", "00000000:3B:00.0", gpuscope::kNvmlEventXid, 31, -1, -1, ""});
+    c.add_nvml_event({now, 1, "GPU-bbbb", "00000000:5E:00.0", 0x2, 0, -1, -1, "ecc_double_bit"});
+  });
+  events.join();
+  auto rs = c.records();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].id, 1u);
+  EXPECT_EQ(rs[0].kind, gpuscope::ErrorKind::kXid);
+  EXPECT_TRUE(rs[0].from_kmsg);
+  EXPECT_TRUE(rs[0].from_nvml);
+  EXPECT_EQ(rs[0].device.index, 0);
+  EXPECT_EQ(rs[0].device.uuid, "GPU-aaaa");
+  EXPECT_EQ(rs[0].device.pci_bus_id, "0000:3b:00.0");
+  EXPECT_EQ(rs[0].pid, 3999981u);
+  EXPECT_EQ(rs[0].comm, "python3");
+  EXPECT_EQ(rs[0].kmsg_seq, 501u);
+  EXPECT_EQ(rs[0].nvml_event_type, gpuscope::kNvmlEventXid);
+  EXPECT_EQ(rs[1].id, 2u);
+  EXPECT_EQ(rs[1].kind, gpuscope::ErrorKind::kNvmlEvent);
+  EXPECT_EQ(rs[1].nvml_event, "ecc_double_bit");
+  EXPECT_EQ(rs[1].device.index, 1);
+  EXPECT_EQ(rs[1].device.pci_bus_id, "0000:5e:00.0");
+  EXPECT_FALSE(rs[1].pid.has_value());
+
+  auto xc = c.xid_counts();
+  ASSERT_EQ(xc.size(), 2u);
+  uint64_t xid31 = 0;
+  for (auto& x : xc)
+    if (x.xid == 31) {
+      xid31 += x.count;
+      EXPECT_EQ(x.device.uuid, "GPU-aaaa");
+      EXPECT_EQ(x.pid, 3999981u);
+      EXPECT_EQ(x.cls, gpuscope::XidClass::kApplication);
+    }
+  EXPECT_EQ(xid31, 1u);
+
+  // No process: nothing to wait for.
+  auto ready = c.take_ready();
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_TRUE(c.take_ready(true).empty());
+
+  for (int i = 0; i < 3; i++)
+    c.add_nvml_event({now + 10'000'000'000ull * (i + 1), 1, "GPU-bbbb", "", gpuscope::kNvmlEventXid, 79, -1, -1, ""});
+  rs = c.records();
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0].id, 3u);
+  EXPECT_EQ(rs[2].id, 5u);
+  EXPECT_EQ(rs[2].device.pci_bus_id, "0000:5e:00.0");
+  auto s = c.stats();
+  EXPECT_EQ(s.records_dropped, 2u);
+  EXPECT_EQ(s.nvml_events, 5u);
+  EXPECT_EQ(s.kmsg.xids, 1u);
+  EXPECT_TRUE(s.kmsg_open);
 }
