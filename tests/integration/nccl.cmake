@@ -5,3 +5,12 @@ gstest_integration(nccl_fixture_test 60 DEPS nccl_rank nccl_standin
 # gpuscope nccl against 4 stand-in ranks: exact counts, the late rank named, a split, an early exit.
 gstest_integration(nccl_test 120 DEPS nccl_rank nccl_standin
   DEFS NCCL_RANK="$<TARGET_FILE:nccl_rank>" NCCL_STANDIN_LIB_DIR="${NCCL_STANDIN_LIB_DIR}")
+# An older NCCL's exports (no ncclAlltoAll/Gather/Scatter, InitRankScalable, Shrink), as
+# old/libnccl.so.2, which nccl_rank loads through LD_LIBRARY_PATH (its RUNPATH gives way).
+add_library(nccl_old SHARED ${CMAKE_CURRENT_SOURCE_DIR}/integration/nccl_old.c)
+target_include_directories(nccl_old PRIVATE $<TARGET_PROPERTY:nccl_standin,INCLUDE_DIRECTORIES>)
+target_compile_options(nccl_old PRIVATE -O0 -fno-omit-frame-pointer -Wno-unused-parameter)
+set_target_properties(nccl_old PROPERTIES OUTPUT_NAME nccl PREFIX lib SUFFIX .so.2
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/nccl_old INTERPROCEDURAL_OPTIMIZATION OFF)
+add_dependencies(nccl_test nccl_old)
+target_compile_definitions(nccl_test PRIVATE NCCL_OLD_LIB_DIR="${CMAKE_CURRENT_BINARY_DIR}/nccl_old")

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -285,6 +286,35 @@ TEST(Nccl, ARankThatExitsEarlyEnds) {
   for (auto& j : lines)
     if (j.contains("pid") && j["pid"] == gone) EXPECT_LE(j["ts_ns"].get<uint64_t>(), gone_end) << j.dump();
   expect_nothing_after_end(lines);
+}
+
+// A copy without some of the probed functions (an older NCCL) is said once; what it has is probed.
+TEST(Nccl, AnOlderNcclWithoutSomeFunctions) {
+  const std::string old = std::string(NCCL_OLD_LIB_DIR) + "/libnccl.so.2";
+  auto g = start_gpuscope({"--nccl-lib", old});
+  TempDir d;
+  Process rank({NCCL_RANK, "--ranks", "1", "--rank", "0", "--id-file", d.id(), "--iters", "3"},
+               {"LD_LIBRARY_PATH=" + std::string(NCCL_OLD_LIB_DIR)});
+  ASSERT_EQ(rank.wait(20), 0) << rank.err();
+  std::vector<json> lines = stop(*g, {rank.pid()});
+  const std::string said =
+      "gpuscope: " + old +
+      " has no ncclAlltoAll, ncclGather, ncclScatter, ncclCommInitRankScalable, ncclCommShrink (an "
+      "older NCCL): the rest is probed\n";
+  size_t n = 0;
+  for (size_t at = g->err().find(said); at != std::string::npos; at = g->err().find(said, at + 1)) n++;
+  EXPECT_EQ(n, 1u) << g->err();
+  auto t = totals(lines);
+  EXPECT_EQ(t.size(), 6u);
+  EXPECT_EQ((t[{rank.pid(), "ncclAllReduce"}]).calls, 3u);
+  EXPECT_EQ((t[{rank.pid(), "ncclAllReduce"}]).bytes, 3u * 4096);
+  EXPECT_EQ((t[{rank.pid(), "ncclRecv"}]).grouped, 3u);
+  for (auto& j : of_type(lines, "collective")) {
+    EXPECT_EQ(j["rank"], 0);
+    EXPECT_EQ(j["nranks"], 1);
+    EXPECT_EQ(j["comm_id"].get<std::string>().size(), 16u);
+  }
+  EXPECT_EQ(of_type(lines, "comm_end").size(), 1u);
 }
 
 TEST(Nccl, RefusesBadInput) {
