@@ -7,11 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
 
 #include "core/containers.h"
+#include "core/cuda_api.h"
 #include "errors/errors_collector.h"
 #include "harness.h"
 #include "usage_error.h"
@@ -379,4 +381,51 @@ TEST(Errors, NvmlEventsMergeWithTheKernelLogAndAreBounded) {
   EXPECT_EQ(s.nvml_events, 5u);
   EXPECT_EQ(s.kmsg.xids, 1u);
   EXPECT_TRUE(s.kmsg_open);
+}
+
+// The sticky errors after a process's first, counted in BPF per (pid, call, code) and read by the
+// collector with the first one's kernel; the process's state in BPF goes at its exit, and its
+// counts once read.
+TEST(Errors, LaterStickyErrorsCountedPerCallAndCode) {
+  Workload w("errc", "gsc");
+  gpuscope::Scope scope;
+  scope.comm = w.comm();
+  scope.libs = {standin_lib_dir() + "/libcuda.so.1", standin_lib_dir() + "/libcudart.so.13"};
+  gpuscope::UprobeSession session(scope, false);
+  gpuscope::ErrorsCollector::Config cfg;
+  cfg.scope = scope;
+  cfg.kmsg_path = "";
+  gpuscope::ErrorsCollector c(session, cfg);
+  ASSERT_TRUE(c.sticky_probed());
+  session.start();
+  c.start(session);
+  StickyApp app(w, 0);
+  EXPECT_EQ(app.p.wait(30), 0);
+  std::vector<gpuscope::StickyCount> counts;
+  for (int i = 0; i < 50 && counts.size() < 2; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.poll();
+    counts = c.sticky_counts();
+  }
+  ASSERT_EQ(counts.size(), 2u);
+  std::map<std::string, uint64_t> by_api;
+  for (auto& s : counts) {
+    EXPECT_EQ(s.pid, static_cast<uint32_t>(app.pid));
+    EXPECT_EQ(s.comm, w.comm());
+    EXPECT_EQ(s.code, 700);
+    EXPECT_EQ(s.first_kernel, "kern_faulting");
+    by_api[gpuscope::api_symbol(s.api)] = s.count;
+  }
+  EXPECT_EQ(by_api, (std::map<std::string, uint64_t>{{"cuCtxSynchronize", 3}, {"cuMemAlloc_v2", 1}}));
+  auto s = c.stats();
+  EXPECT_EQ(s.sticky_events, 1u);
+  EXPECT_EQ(s.bpf_lost_events, 0u);
+  EXPECT_EQ(s.bpf_counts_full, 0u);
+  ASSERT_EQ(c.records().size(), 1u);
+  EXPECT_EQ(c.records()[0].api_name, "cuCtxSynchronize");
+  auto maps = pids_in_maps(getpid());
+  for (const char* m : {"err_procs", "err_counts"}) {
+    auto& pids = maps[m];
+    EXPECT_EQ(std::count(pids.begin(), pids.end(), static_cast<uint32_t>(app.pid)), 0) << m;
+  }
 }
