@@ -150,11 +150,12 @@ class ErrorsCollector {
   // Why the kernel log is not read ("cannot read /dev/kmsg: Permission denied"), "" when it is:
   // said once by the caller; the rest keeps working.
   const std::string& kmsg_error() const { return kmsg_error_; }
-  // Whether sticky errors are probed; when not (a kernel without tp_btf keeps working), why.
+  // Whether sticky errors are probed (Config::sticky; where the programs cannot load the
+  // constructor throws UsageError).
   bool sticky_probed() const { return skel_ != nullptr; }
   // After session.start() (starts its own kernels collector).
   void start(UprobeSession& session);
-  // The ring buffers and the kernel log's descriptor, and poll() after each wake-up.
+  // The ring buffers, and poll() after each wake-up and every 0.2 s (the kernel log is read then).
   void watch(EventLoop& loop);
   // Reads what waits: sticky events, the kernel log, the later sticky counts. Then, with its own
   // kernels collector, finishes that collector's exits (after the sticky events named them).
