@@ -45,7 +45,7 @@ struct nccl_thread {
 	__u64 seq;
 	__u64 out_ptr; /* init/split/shrink: the ncclComm_t* made; cuDevice: int*; async: ncclResult_t* */
 	__u64 parent;
-	__u64 devlist;
+	__u64 devlist; /* initAll: the device list; shrink: the ranks excluded */
 	__s32 datatype;
 	__s32 redop;
 	__s32 peer;
@@ -203,6 +203,7 @@ int gs_nccl_enter(struct pt_regs *ctx)
 		break;
 	case GS_NCCL_SHRINK: /* (comm, int* exclude, excludeCount, ncclComm_t* newcomm, config, flags) */
 		t->parent = PT_REGS_PARM1(ctx);
+		t->devlist = PT_REGS_PARM2(ctx);
 		t->nranks = (__s32)PT_REGS_PARM3(ctx);
 		t->out_ptr = PT_REGS_PARM4(ctx);
 		break;
@@ -284,13 +285,23 @@ static __always_inline void emit_life(struct nccl_thread *t, __u64 now, __u64 pi
 	e->flags = t->flags;
 	bpf_get_current_comm(e->thread, sizeof(e->thread));
 	switch (op) {
+	case GS_NCCL_SHRINK:
+		for (int i = 0; i < GS_NCCL_MAX_INIT_ALL; i++) {
+			if (i >= t->nranks)
+				break;
+			if (bpf_probe_read_user(&e->ints[i], 4, (const void *)(t->devlist + 4 * i)))
+				e->flags |= GS_NCCL_READ_FAILED;
+		}
+		if (ret == 0 &&
+		    bpf_probe_read_user(&e->comm, sizeof(e->comm), (const void *)t->out_ptr))
+			e->flags |= GS_NCCL_READ_FAILED;
+		break;
 	case GS_NCCL_INIT_RANK:
 	case GS_NCCL_INIT_RANK_CONFIG:
 	case GS_NCCL_INIT_RANK_SCALABLE:
 		__builtin_memcpy(e->id, t->id, sizeof(e->id));
 		/* fallthrough */
 	case GS_NCCL_SPLIT:
-	case GS_NCCL_SHRINK:
 		if (ret == 0 &&
 		    bpf_probe_read_user(&e->comm, sizeof(e->comm), (const void *)t->out_ptr))
 			e->flags |= GS_NCCL_READ_FAILED;
@@ -304,9 +315,9 @@ static __always_inline void emit_life(struct nccl_thread *t, __u64 now, __u64 pi
 			if (bpf_probe_read_user(&e->init_all_comms[i], 8,
 			                        (const void *)(t->out_ptr + 8 * i)))
 				e->flags |= GS_NCCL_READ_FAILED;
-			e->init_all_devices[i] = -1;
-			if (t->devlist && bpf_probe_read_user(&e->init_all_devices[i], 4,
-			                                      (const void *)(t->devlist + 4 * i)))
+			e->ints[i] = -1;
+			if (t->devlist &&
+			    bpf_probe_read_user(&e->ints[i], 4, (const void *)(t->devlist + 4 * i)))
 				e->flags |= GS_NCCL_READ_FAILED;
 		}
 		break;

@@ -47,7 +47,7 @@ enum gs_nccl_op {
 #define GS_NCCL_IS_COLLECTIVE(op) ((op) >= GS_NCCL_ALL_REDUCE && (op) <= GS_NCCL_SCATTER)
 
 #define GS_NCCL_ID_BYTES 128   /* NCCL_UNIQUE_ID_BYTES */
-#define GS_NCCL_MAX_INIT_ALL 8 /* ncclCommInitAll: handles and devices read */
+#define GS_NCCL_MAX_INIT_ALL 8 /* ncclCommInitAll: handles and devices read; shrink: ranks */
 #define GS_NCCL_NO_SEQ (~0ull)
 
 enum gs_nccl_flag {
@@ -109,9 +109,10 @@ struct gs_nccl_life {
 	__s32 color;  /* split: the color */
 	__u32 flags;  /* enum gs_nccl_flag */
 	__u64 init_all_comms[GS_NCCL_MAX_INIT_ALL];
-	__s32 init_all_devices[GS_NCCL_MAX_INIT_ALL]; /* -1: devlist NULL (device i) */
-	__u8 id[GS_NCCL_ID_BYTES]; /* init: the ncclUniqueId (InitRankScalable: the first) */
-	char thread[GS_COMM_LEN];  /* the calling thread's name; empty at exit */
+	__s32 ints[GS_NCCL_MAX_INIT_ALL]; /* initAll: devices (-1: devlist NULL, device i);
+	                                   * shrink: the ranks excluded (the first 8) */
+	__u8 id[GS_NCCL_ID_BYTES];        /* init: the ncclUniqueId (InitRankScalable: the first) */
+	char thread[GS_COMM_LEN];         /* the calling thread's name; empty at exit */
 };
 
 #ifdef __cplusplus

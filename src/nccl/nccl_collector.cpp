@@ -376,7 +376,7 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
         r.comm_id = h;
         r.rank = i;
         r.nranks = e.nranks;
-        r.device = e.init_all_devices[i] >= 0 ? e.init_all_devices[i] : i;
+        r.device = e.ints[i] >= 0 ? e.ints[i] : i;
         r.pid = pid;
         r.handle = e.init_all_comms[i];
         size_t k = add_rank(r);
@@ -403,6 +403,12 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
         rs.parent_id = parent->info.comm_id;
         rs.parent_rank = parent->info.rank;
         if (e.op == GS_NCCL_SHRINK && parent->info.nranks > 0) r.nranks = parent->info.nranks - e.nranks;
+        // A shrink keeps the order: its rank is the parent's less the ranks excluded below it.
+        if (e.op == GS_NCCL_SHRINK && parent->info.rank >= 0 && e.nranks >= 0 && e.nranks <= GS_NCCL_MAX_INIT_ALL &&
+            !(e.flags & GS_NCCL_READ_FAILED))
+          r.rank = parent->info.rank - static_cast<int>(std::count_if(e.ints, e.ints + e.nranks, [&](int32_t x) {
+                     return x < parent->info.rank;
+                   }));
       }
       size_t k = add_rank(r);
       RankState& made = ranks_[k];
@@ -412,6 +418,7 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
       made.split_index = n;
       made.split = e.op == GS_NCCL_SPLIT;
       made.nranks_known = r.nranks > 0;
+      made.rank_known = r.rank >= 0;
       break;
     }
     case GS_NCCL_FINALIZE:
