@@ -14,3 +14,11 @@ set_target_properties(nccl_old PROPERTIES OUTPUT_NAME nccl PREFIX lib SUFFIX .so
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/nccl_old INTERPROCEDURAL_OPTIMIZATION OFF)
 add_dependencies(nccl_test nccl_old)
 target_compile_definitions(nccl_test PRIVATE NCCL_OLD_LIB_DIR="${CMAKE_CURRENT_BINARY_DIR}/nccl_old")
+# One process through ncclCommInitAll, ncclCommShrink, ncclCommInitRankScalable and ...Config.
+add_executable(nccl_life ${CMAKE_CURRENT_SOURCE_DIR}/integration/nccl_life.c)
+target_include_directories(nccl_life PRIVATE $<TARGET_PROPERTY:nccl_standin,INCLUDE_DIRECTORIES>)
+target_link_libraries(nccl_life PRIVATE nccl_standin Threads::Threads)
+set_target_properties(nccl_life PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH ${NCCL_STANDIN_LIB_DIR}
+  INTERPROCEDURAL_OPTIMIZATION OFF)
+add_dependencies(nccl_test nccl_life)
+target_compile_definitions(nccl_test PRIVATE NCCL_LIFE="$<TARGET_FILE:nccl_life>")

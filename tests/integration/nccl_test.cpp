@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -286,6 +285,57 @@ TEST(Nccl, ARankThatExitsEarlyEnds) {
   for (auto& j : lines)
     if (j.contains("pid") && j["pid"] == gone) EXPECT_LE(j["ts_ns"].get<uint64_t>(), gone_end) << j.dump();
   expect_nothing_after_end(lines);
+}
+
+// ncclCommInitAll's ranks and devices; a shrink's id, size and ranks (the parent's order less the
+// excluded rank); ncclCommInitRankScalable and ...Config meeting on one id, the id's hash.
+TEST(Nccl, InitAllShrinkAndScalableInit) {
+  auto g = start_gpuscope({"--nccl-lib", kLib});
+  Process life({NCCL_LIFE});
+  ASSERT_EQ(life.wait(20), 0) << life.err();
+  std::vector<json> lines = stop(*g, {life.pid()});
+  const std::string out = life.out();
+  ASSERT_EQ(out.rfind("id=", 0), 0u) << out;
+  const std::string id = out.substr(3, 16);
+
+  std::map<std::string, std::vector<json>> ends;  // comm id -> its comm_end lines
+  for (auto& j : of_type(lines, "comm_end")) ends[j["comm_id"]].push_back(j);
+  ASSERT_EQ(ends.size(), 3u) << g->out();
+  std::string all_id, shrunk_id;
+  for (auto& [cid, v] : ends) {
+    if (v.size() == 4) all_id = cid;
+    if (v.size() == 3) shrunk_id = cid;
+  }
+  ASSERT_FALSE(all_id.empty());
+  ASSERT_FALSE(shrunk_id.empty());
+  std::set<std::pair<int, int>> rank_device;
+  for (auto& j : ends[all_id]) {
+    EXPECT_EQ(j["nranks"], 4);
+    rank_device.insert({j["rank"].get<int>(), j["device"].get<int>()});
+  }
+  EXPECT_EQ(rank_device, (std::set<std::pair<int, int>>{{0, 3}, {1, 2}, {2, 1}, {3, 0}}));
+  rank_device.clear();
+  for (auto& j : ends[shrunk_id]) {
+    EXPECT_EQ(j["nranks"], 3);
+    rank_device.insert({j["rank"].get<int>(), j["device"].get<int>()});
+  }
+  EXPECT_EQ(rank_device, (std::set<std::pair<int, int>>{{0, 3}, {1, 1}, {2, 0}}));  // parent ranks 0, 2, 3
+  ASSERT_EQ(ends[id].size(), 2u) << "the hash of the ncclUniqueId " << id << ": " << g->out();
+  std::set<int> ranks;
+  for (auto& j : ends[id]) {
+    EXPECT_EQ(j["nranks"], 2);
+    ranks.insert(j["rank"].get<int>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+
+  auto t = totals(lines);
+  EXPECT_EQ((t[{life.pid(), "ncclAllReduce"}]).calls, 3u * 2 + 2);
+  EXPECT_EQ((t[{life.pid(), "ncclAllReduce"}]).bytes, (3u * 2 + 2) * 4096);
+  // Three ranks of the shrunk communicator in one process, matched by sequence number.
+  uint64_t matched = 0;
+  for (auto& j : of_type(lines, "straggler"))
+    if (j["comm_id"] == shrunk_id) matched += j["matched"].get<uint64_t>();
+  EXPECT_EQ(matched, 3u * 2);
 }
 
 // A copy without some of the probed functions (an older NCCL) is said once; what it has is probed.
