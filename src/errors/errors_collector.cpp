@@ -317,10 +317,12 @@ void ErrorsCollector::read_counts() {
   std::lock_guard lk(mu_);
   for (auto& [k, n] : now) {
     uint64_t& later = bpf_later_[k];
+    const uint64_t before = later;
     later = std::max(later, n);
     auto it = sticky_counts_.find(k);
     if (it != sticky_counts_.end()) {
-      it->second.count = 1 + later;
+      // What BPF counted since the last read: a key first met here has no record of its own.
+      it->second.count += later - before;
       continue;
     }
     if (sticky_counts_.size() >= kMaxCounts) {
