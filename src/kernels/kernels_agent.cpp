@@ -37,9 +37,13 @@ class KernelsAgent final : public AgentCollector {
   void load(AgentHost& host) override {
     host_ = &host;
     if (rows_) return;
+    shared_rows_ = host.services.needed<KernelsCollector>();
     collector_ = std::make_unique<KernelsCollector>(
         *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows,
-                                                host.services.needed<LaunchTimingHost>()});
+                                                host.services.needed<LaunchTimingHost>(), shared_rows_});
+    // Another collector (errors) reads a process's rows when an event of it arrives: its exit waits
+    // for the refresh, after every ring buffer of that wake-up was read.
+    if (shared_rows_) collector_->defer_exits(true);
     collector_->on_exit([this](uint32_t pid, const std::vector<KernelRow>& rows) { exited(pid, rows); });
     host.services.provide<KernelsCollector>(collector_.get(), this);
     if ((timing_ = collector_->launch_timing_host())) host.services.provide<LaunchTimingHost>(&*timing_, this);
@@ -126,7 +130,7 @@ class KernelsAgent final : public AgentCollector {
   }
 
   void defer_events(bool on) override {
-    if (collector_) collector_->defer_exits(on);
+    if (collector_) collector_->defer_exits(on || shared_rows_);
   }
   void drain() override {
     if (collector_) collector_->drain();
@@ -214,6 +218,7 @@ class KernelsAgent final : public AgentCollector {
   std::function<std::vector<KernelRow>()> rows_;
   AgentHost* host_ = nullptr;
   std::unique_ptr<KernelsCollector> collector_;
+  bool shared_rows_ = false;  // others read its rows (KernelsCollector::launched_since)
   std::optional<LaunchTimingHost> timing_;
   PerProcess<KernelsOfProcess> procs_;
 };
