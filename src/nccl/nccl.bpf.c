@@ -258,6 +258,7 @@ static __always_inline void emit_call(struct nccl_thread *t, __u64 now, __u64 pi
 	e->group_depth = t->group_depth_at_entry;
 	e->flags = t->flags;
 	e->pad = 0;
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	submit(e, sizeof(*e));
 }
 
@@ -284,6 +285,7 @@ static __always_inline void emit_life(struct nccl_thread *t, __u64 now, __u64 pi
 	e->color = t->color;
 	e->flags = t->flags;
 	bpf_get_current_comm(e->thread, sizeof(e->thread));
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	switch (op) {
 	case GS_NCCL_SHRINK:
 		for (int i = 0; i < GS_NCCL_MAX_INIT_ALL; i++) {

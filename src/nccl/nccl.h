@@ -92,6 +92,7 @@ struct gs_nccl_call {
 	__u32 group_depth; /* ncclGroupStart calls open on the thread at entry */
 	__u32 flags;       /* enum gs_nccl_flag */
 	__u32 pad;
+	__u64 cgroup_id; /* the caller's cgroup v2 id: its container once it has gone */
 };
 
 /* Communicator life and process exit, at the return (exit: at the last thread's exit). */
@@ -113,14 +114,15 @@ struct gs_nccl_life {
 	                                   * shrink: the ranks excluded (the first 8) */
 	__u8 id[GS_NCCL_ID_BYTES];        /* init: the ncclUniqueId (InitRankScalable: the first) */
 	char thread[GS_COMM_LEN];         /* the calling thread's name; empty at exit */
+	__u64 cgroup_id;
 };
 
 #ifdef __cplusplus
 static_assert(sizeof(gs_nccl_comm_key) == 16);
-static_assert(sizeof(gs_nccl_call) == 104);
+static_assert(sizeof(gs_nccl_call) == 112);
 static_assert(offsetof(gs_nccl_call, entry_mono_ns) == 16);
 static_assert(offsetof(gs_nccl_call, seq) == 72);
-static_assert(sizeof(gs_nccl_life) == 304);
+static_assert(sizeof(gs_nccl_life) == 312);
 static_assert(offsetof(gs_nccl_life, init_all_comms) == 64);
 static_assert(offsetof(gs_nccl_life, id) == 160);
 #endif

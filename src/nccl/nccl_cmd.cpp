@@ -64,7 +64,7 @@ class NcclView {
     return (!o_.comm.size() || r.comm_id == comm_) && (o_.rank < 0 || r.rank == o_.rank);
   }
   void json_rank(JsonLine& j, const NcclRank& r) {
-    where_.process(j, r.pid, r.process);
+    where_.process(j, r.pid, r.process, r.cgroup_id);
     j.str("comm_id", r.comm_id ? nccl_comm_id_str(r.comm_id) : "")
         .num("rank", r.rank)
         .num("nranks", r.nranks)
@@ -186,6 +186,7 @@ void NcclView::print(const NcclSnapshot& s) {
     for (auto& r : s.rows) {
       if (!wanted(r.rank)) continue;
       if (!any) rows_.header(out_.buf());
+      where_.of(r.rank.pid, r.rank.cgroup_id);  // kept for row(): the process may have gone
       any = true;
       const Bandwidth b = bandwidth(r);
       rows_.row(out_.buf(),
@@ -204,6 +205,7 @@ void NcclView::print(const NcclSnapshot& s) {
         lags_.header(out_.buf());
       }
       header = true;
+      where_.of(st.rank.pid, st.rank.cgroup_id);
       const bool before = st.slowest && st.before_count;
       lags_.row(out_.buf(),
                 where_.row({id_cell(st.rank.comm_id), rank_cell(st.rank.rank), std::to_string(st.rank.pid),

@@ -254,11 +254,12 @@ size_t NcclCollector::add_rank(const NcclRank& r) {
   return key;
 }
 
-size_t NcclCollector::rank_of(pid_t pid, uint64_t handle) {
+size_t NcclCollector::rank_of(pid_t pid, uint64_t handle, uint64_t cgroup_id) {
   auto it = by_handle_.find({pid, handle});
   if (it != by_handle_.end()) return it->second;
   NcclRank r;
   r.pid = pid;
+  r.cgroup_id = cgroup_id;
   r.handle = handle;
   return add_rank(r);
 }
@@ -302,7 +303,7 @@ void NcclCollector::on_call(const gs_nccl_call& e) {
   ThreadMark* mark = nullptr;
   if (auto t = threads_.find({pid, e.tid}); t != threads_.end()) mark = &t->second;
   if (e.op != GS_NCCL_GROUP_START && e.op != GS_NCCL_GROUP_END) {
-    size_t key = rank_of(pid, e.comm);
+    size_t key = rank_of(pid, e.comm, e.cgroup_id);
     NcclOpRow& row = rows_[{key, e.op}];
     row.op = e.op;
     row.calls++;
@@ -355,6 +356,7 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
       if (e.ret != 0 || !e.comm || (e.flags & GS_NCCL_READ_FAILED)) break;
       NcclRank r;
       r.comm_id = nonzero(fnv1a(kFnvBasis, e.id, sizeof e.id));
+      r.cgroup_id = e.cgroup_id;
       r.rank = e.rank;
       r.nranks = e.nranks;
       r.pid = pid;
@@ -377,6 +379,7 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
         r.rank = i;
         r.nranks = e.nranks;
         r.device = e.ints[i] >= 0 ? e.ints[i] : i;
+        r.cgroup_id = e.cgroup_id;
         r.pid = pid;
         r.handle = e.init_all_comms[i];
         size_t k = add_rank(r);
@@ -394,6 +397,7 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
       r.pid = pid;
       r.handle = e.comm;
       r.device = parent ? parent->info.device : -1;
+      r.cgroup_id = e.cgroup_id;
       RankState rs;
       if (parent && parent->info.comm_id) {
         const int32_t color = e.op == GS_NCCL_SPLIT ? e.color : INT32_MIN;  // a shrink: no color

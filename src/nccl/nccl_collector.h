@@ -50,8 +50,9 @@ struct NcclRank {
   int nranks = -1;
   int device = -1;  // from ncclCommInitAll's devlist or the process's ncclCommCuDevice; -1: unknown
   pid_t pid = 0;
-  std::string process;  // its name, read at its first NCCL call
-  uint64_t handle = 0;  // the ncclComm_t
+  std::string process;     // its name, read at its first NCCL call
+  uint64_t cgroup_id = 0;  // its cgroup v2 id, from its calls: its container once it has gone
+  uint64_t handle = 0;     // the ncclComm_t
   bool finalized = false;
   bool ended = false;  // destroyed, aborted, or its process exited
 };
@@ -152,7 +153,7 @@ class NcclCollector {
   void handle(const void* data, size_t size);
   void on_call(const gs_nccl_call& e);
   void on_life(const gs_nccl_life& e);
-  size_t rank_of(pid_t pid, uint64_t handle);  // made where its init was not seen
+  size_t rank_of(pid_t pid, uint64_t handle, uint64_t cgroup_id);  // made where its init was not seen
   size_t add_rank(const NcclRank& r);
   void end_rank(size_t key);
   void process_exit(pid_t pid);
