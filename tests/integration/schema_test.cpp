@@ -222,6 +222,33 @@ TEST(Schema, Uvm) {
   EXPECT_TRUE(types.count("uvm")) << r.out;
 }
 
+TEST(Schema, NcclRanks) {
+  // Two ranks of one communicator on the NCCL stand-in; rank 1 waits for rank 0's id meanwhile.
+  const fs::path dir = fs::temp_directory_path() / ("gstest-schema-nccl-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string id = (dir / "id").string();
+  auto rank = [&](int r) {
+    return std::vector<std::string>{NCCL_RANK,   "--ranks", "2",       "--rank", std::to_string(r),
+                                    "--id-file", id,        "--iters", "3"};
+  };
+  Process r1(rank(1));
+  Expected w = expect(ready_pid(r1), "nccl_rank");
+  const uint64_t t0 = realtime_now();
+  Process g({gpuscope_bin(), "nccl", "--json", "--interval", "0.2"});
+  ASSERT_TRUE(g.wait_for("Ctrl-C to end", 30, true)) << g.err();
+  Process r0(rank(0));
+  EXPECT_EQ(r0.wait(30), 0) << r0.err();
+  EXPECT_EQ(r1.wait(30), 0) << r1.err();
+  std::this_thread::sleep_for(500ms);
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  fs::remove_all(dir);
+  size_t mine = 0;
+  auto types = check_lines(g.out(), t0, realtime_now(), w, &mine);
+  EXPECT_TRUE(contains_all(types, {"collective", "straggler", "comm_end", "summary"})) << g.out();
+  EXPECT_GE(mine, 6u) << g.out();
+}
+
 TEST(Schema, StarvationAndBridge) {
   PinDir d;
   StandinFile f;
