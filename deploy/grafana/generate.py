@@ -84,6 +84,12 @@ def node():
         t('gpuscope_governor_level{instance=~"$instance"}', "governor {{instance}}"),
         t('sum by (instance, rule) (increase(gpuscope_anomalies_total{instance=~"$instance"}[$__rate_interval]))',
           "anomaly {{rule}}")], w=8)
+    # A table of counts, not a rate: most GPUs see an Xid once, and a counter's first sample has no rate.
+    b.panel("Xid errors per GPU, Xid and process (since the agent started)", [dict(t(
+        'sum by (instance, gpu, uuid, xid, class, action, comm, pid, pod) '
+        '(gpuscope_xid_errors_total{instance=~"$instance",gpu=~"$gpu"})'), format="table", instant=True)],
+        kind="table", w=24, desc="From the kernel log and NVML (gpuscope_xid_errors_total); class and action "
+        "after NVIDIA's Xid catalogue. /api/errors on the agent has each record.")
     return b
 
 
@@ -117,6 +123,10 @@ def process():
           "alloc failed {{comm}} {{pid}}"),
         t(f'sum by (comm, pid) (rate(gpuscope_memory_frees_total{{{PROC},result="bad"}}[$__rate_interval]))',
           "bad free {{comm}} {{pid}}")], unit="ops")
+    b.panel("Sticky CUDA errors and the kernel launched before them (since the agent started)", [dict(t(
+        f"sum by (instance, comm, pid, pod, api, error, kernel) (gpuscope_cuda_sticky_errors_total{{{PROC}}})"),
+        format="table", instant=True)], kind="table", w=24,
+        desc="A process whose CUDA context died (gpuscope_cuda_sticky_errors_total); /api/errors joins it to its Xid")
     return b
 
 
