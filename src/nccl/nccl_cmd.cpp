@@ -170,6 +170,13 @@ void NcclView::print(const NcclSnapshot& s) {
       json_rank(j, a.rank);
       j.num("error", a.error).str("error_name", nccl_result_name(a.error)).end();
     }
+    for (auto& c : s.comm_errors) {
+      if (!wanted(c.rank)) continue;
+      JsonLine j(out_.buf());
+      j.record("comm_error", now);
+      json_rank(j, c.rank);
+      j.str("op", nccl_op_name(c.op)).num("error", c.error).str("error_name", nccl_result_name(c.error)).end();
+    }
     for (auto& r : s.ended) {
       if (!wanted(r)) continue;
       JsonLine j(out_.buf());
@@ -219,6 +226,10 @@ void NcclView::print(const NcclSnapshot& s) {
       if (wanted(a.rank))
         fmt::format_to(it, "async error: comm {} rank {} pid {}: {}\n", id_cell(a.rank.comm_id), rank_cell(a.rank.rank),
                        a.rank.pid, nccl_result_name(a.error));
+    for (auto& c : s.comm_errors)
+      if (wanted(c.rank))
+        fmt::format_to(it, "failed: {} pid {} comm {} rank {}: {}\n", nccl_op_name(c.op), c.rank.pid,
+                       id_cell(c.rank.comm_id), rank_cell(c.rank.rank), nccl_result_name(c.error));
     for (auto& r : s.ended)
       if (wanted(r))
         fmt::format_to(it, "ended: comm {} rank {} pid {}\n", id_cell(r.comm_id), rank_cell(r.rank), r.pid);

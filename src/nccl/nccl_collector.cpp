@@ -349,6 +349,20 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
     auto it = by_handle_.find({pid, handle});
     return it == by_handle_.end() ? nullptr : &ranks_[it->second];
   };
+  if (e.ret != 0 && e.op <= GS_NCCL_ABORT && comm_errors_.size() < 4096) {
+    NcclSnapshot::CommError ce{{}, e.op, e.ret};
+    const uint64_t on = e.op == GS_NCCL_SPLIT || e.op == GS_NCCL_SHRINK ? e.parent : e.comm;
+    if (const RankState* rs = e.op >= GS_NCCL_SPLIT ? live(on) : nullptr) {
+      ce.rank = rs->info;
+    } else {
+      ce.rank.pid = pid;
+      ce.rank.process = process_names_[pid];
+      ce.rank.cgroup_id = e.cgroup_id;
+      if (e.op < GS_NCCL_SPLIT) ce.rank.rank = e.rank, ce.rank.nranks = e.nranks;
+      ce.rank.handle = on;
+    }
+    comm_errors_.push_back(std::move(ce));
+  }
   switch (e.op) {
     case GS_NCCL_INIT_RANK:
     case GS_NCCL_INIT_RANK_CONFIG:
@@ -390,8 +404,9 @@ void NcclCollector::on_life(const gs_nccl_life& e) {
     case GS_NCCL_SPLIT:
     case GS_NCCL_SHRINK: {
       // Splits are collective over the parent: its k-th split is the same on every rank.
+      if (e.ret != 0) break;  // not counted: the ranks that succeed count theirs
       uint64_t n = splits_[{pid, e.parent}]++;
-      if (e.ret != 0 || !e.comm) break;
+      if (!e.comm) break;  // NCCL_SPLIT_NOCOLOR
       const RankState* parent = live(e.parent);
       NcclRank r;
       r.pid = pid;
@@ -581,6 +596,8 @@ NcclSnapshot NcclCollector::take() {
   lags_.clear();
   snap.async_errors = std::move(async_);
   async_.clear();
+  snap.comm_errors = std::move(comm_errors_);
+  comm_errors_.clear();
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     if (!it->second.info.ended) {
       ++it;

@@ -91,6 +91,14 @@ struct NcclSnapshot {
     int32_t error;
   };
   std::vector<AsyncError> async_errors;  // ncclCommGetAsyncError results other than success
+  // Communicator calls (init, split, shrink, finalize, destroy, abort) that failed: the
+  // communicator acted on (for an init, the rank and size asked for, no id).
+  struct CommError {
+    NcclRank rank;
+    uint32_t op;
+    int32_t error;
+  };
+  std::vector<CommError> comm_errors;
 };
 
 class NcclCollector {
@@ -189,6 +197,7 @@ class NcclCollector {
   std::map<uint64_t, std::map<uint64_t, Pending>> pending_;  // comm id -> seq -> arrivals
   std::map<size_t, Lags> lags_;                              // by rank
   std::vector<NcclSnapshot::AsyncError> async_;
+  std::vector<NcclSnapshot::CommError> comm_errors_;
   std::map<pid_t, uint64_t> init_alls_;
   ProcessNames names_;
   std::map<pid_t, std::string> process_names_;  // per process: ncclCommInitAll calls so far
