@@ -1,6 +1,7 @@
 /* Communicator life for nccl_test, one process on the NCCL stand-in: ncclCommInitAll of 4 ranks
  * on devices 3 2 1 0; ncclCommShrink excluding rank 1, each remaining rank on its own thread,
- * with 2 all-reduces of 1024 floats each on the shrunk communicator; then two ranks of a
+ * with 2 all-reduces of 1024 floats each on the shrunk communicator, and rank 0's shrink that
+ * excludes itself (ncclInvalidUsage); then two ranks of a
  * communicator made by ncclCommInitRankScalable and ncclCommInitRankConfig (one each, on two
  * threads) and one all-reduce on it. Everything is destroyed.
  * stdout: "id=H" (the FNV-1a 64 hash of the ncclUniqueId's 128 bytes), then "done". */
@@ -51,6 +52,13 @@ int main(void) {
     if (i != 1) pthread_create(&t[i], NULL, shrink_rank, (void *)(intptr_t)i);
   for (int i = 0; i < 4; i++)
     if (i != 1) pthread_join(t[i], NULL);
+  /* A rank may not exclude itself: ncclInvalidUsage, at once. */
+  int self = 0;
+  ncclComm_t none;
+  if (ncclCommShrink(all[0], &self, 1, &none, NULL, 0) != ncclInvalidUsage) {
+    fprintf(stderr, "nccl_life: a shrink excluding its own rank did not fail\n");
+    return 1;
+  }
   for (int i = 0; i < 4; i++) check("ncclCommDestroy", ncclCommDestroy(all[i]));
 
   check("ncclGetUniqueId", ncclGetUniqueId(&id));

@@ -328,6 +328,16 @@ TEST(Nccl, InitAllShrinkAndScalableInit) {
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));
 
+  // The shrink that excluded its own rank, on the communicator it was called on.
+  auto failed = of_type(lines, "comm_error");
+  ASSERT_EQ(failed.size(), 1u) << g->out();
+  EXPECT_EQ(failed[0]["op"], "ncclCommShrink");
+  EXPECT_EQ(failed[0]["error"], 5);
+  EXPECT_EQ(failed[0]["error_name"], "ncclInvalidUsage");
+  EXPECT_EQ(failed[0]["comm_id"], all_id);
+  EXPECT_EQ(failed[0]["rank"], 0);
+  EXPECT_EQ(failed[0]["device"], 3);
+
   auto t = totals(lines);
   EXPECT_EQ((t[{life.pid(), "ncclAllReduce"}]).calls, 3u * 2 + 2);
   EXPECT_EQ((t[{life.pid(), "ncclAllReduce"}]).bytes, (3u * 2 + 2) * 4096);
