@@ -6,9 +6,11 @@ add_library(gpuscope_errors STATIC ${CMAKE_CURRENT_LIST_DIR}/xid.cpp ${CMAKE_CUR
   ${CMAKE_CURRENT_LIST_DIR}/kmsg_reader.cpp)
 target_link_libraries(gpuscope_errors PUBLIC gpuscope_core)
 gpuscope_bpf(errors ${CMAKE_CURRENT_LIST_DIR}/errors.bpf.c)
-add_library(gpuscope_errors_collector STATIC ${CMAKE_CURRENT_LIST_DIR}/errors_collector.cpp)
+add_library(gpuscope_errors_collector STATIC ${CMAKE_CURRENT_LIST_DIR}/errors_collector.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/errors_nvml.cpp)
 add_dependencies(gpuscope_errors_collector errors_skel)
-target_link_libraries(gpuscope_errors_collector PUBLIC gpuscope_errors gpuscope_kernels)
+# NVML's events through the bridge's loader (bridge/nvml.h), a declared dependency.
+target_link_libraries(gpuscope_errors_collector PUBLIC gpuscope_errors gpuscope_kernels gpuscope_bridge)
 gpuscope_command(errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/errors_cmd.cpp LIBS gpuscope_errors_collector)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_errors_collector)
 gpuscope_agent_collector(errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/errors_agent.cpp LIBS gpuscope_errors_collector)

@@ -10,6 +10,7 @@
 #include "core/output.h"
 #include "core/uprobe_session.h"
 #include "errors/errors_collector.h"
+#include "errors/errors_nvml.h"
 #include "errors/errors_json.h"
 
 namespace gpuscope {
@@ -49,6 +50,11 @@ class ErrorsAgent final : public AgentCollector {
       host.log("errors",
                collector_->kmsg_error() + ": no Xids from the kernel log; sticky CUDA errors are still counted");
     host.services.provide<ErrorsCollector>(collector_.get(), this);
+    try {
+      nvml_ = std::make_unique<ErrorsNvml>(host.options.nvml, *collector_, host.options.common.verbose);
+    } catch (const UsageError& e) {
+      host.log("errors", std::string(e.what()) + ": no NVML events, Xids from the kernel log only");
+    }
   }
 
   void start(AgentHost& host, EventLoop& loop) override {
@@ -115,7 +121,10 @@ class ErrorsAgent final : public AgentCollector {
       if (reason != "records_evicted") out[reason] = n;
   }
 
-  void detach() override { collector_->detach(); }
+  void detach() override {
+    nvml_.reset();
+    collector_->detach();
+  }
   void drain() override {
     collector_->poll();
     for (auto& r : collector_->take_ready(true)) count(r);
@@ -154,6 +163,7 @@ class ErrorsAgent final : public AgentCollector {
   std::string kmsg_ = "/dev/kmsg";
   AgentHost* host_ = nullptr;
   std::unique_ptr<ErrorsCollector> collector_;
+  std::unique_ptr<ErrorsNvml> nvml_;  // after collector_: its thread ends first
   std::map<XidKey, uint64_t> xids_;
   uint64_t xids_dropped_ = 0;  // Xid series not made past kMaxCounts
 };

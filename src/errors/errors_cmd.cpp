@@ -11,6 +11,7 @@
 #include "core/system.h"
 #include "core/where.h"
 #include "errors/errors_collector.h"
+#include "errors/errors_nvml.h"
 #include "errors/errors_json.h"
 
 namespace gpuscope {
@@ -22,6 +23,7 @@ struct ErrorsOptions {
   Scope scope;
   std::string kmsg = "/dev/kmsg";
   std::string kmsg_state;
+  std::string nvml;  // "": libnvidia-ml.so.1 where it loads
   bool from_start = false;
   double window_s = 5;
 };
@@ -158,6 +160,15 @@ int run_errors(const ErrorsOptions& o) {
   if (!errors.kmsg_error().empty())
     fprintf(stderr, "gpuscope: %s: no Xids from the kernel log; sticky CUDA errors are still watched\n",
             errors.kmsg_error().c_str());
+  // NVML's Xid and other critical events beside the kernel log's; a host without NVML has the
+  // kernel log only, but an --nvml named and unusable is bad input.
+  std::unique_ptr<ErrorsNvml> nvml;
+  try {
+    nvml = std::make_unique<ErrorsNvml>(o.nvml.empty() ? "libnvidia-ml.so.1" : o.nvml, errors, o.common.verbose);
+  } catch (const UsageError& e) {
+    if (!o.nvml.empty()) throw;
+    fprintf(stderr, "gpuscope: %s: no NVML events, Xids from the kernel log only\n", e.what());
+  }
   ErrorsView view(o);
   session.start();
   errors.start(session);
@@ -174,6 +185,7 @@ int run_errors(const ErrorsOptions& o) {
   errors.poll();
   session.detach();
   errors.detach();
+  nvml.reset();
   errors.poll();
   view.print(errors.take_ready(true));
   view.summary(errors.stats(), errors.records().size());
@@ -192,6 +204,9 @@ void register_errors(CLI::App& app) {
   cmd->add_option("--kmsg-state", o->kmsg_state,
                   "Keep the last kernel-log sequence number read here, so that a restart reports no Xid twice");
   cmd->add_flag("--from-start", o->from_start, "Also the Xid lines already in the kernel log");
+  cmd->add_option("--nvml", o->nvml,
+                  "NVML, for its Xid and other critical events and the GPUs' UUIDs (default libnvidia-ml.so.1 where "
+                  "it loads; without it, the kernel log only)");
   add_number(cmd, "--window", o->window_s,
              "Join a sticky error and an Xid of the same process this close (default 5); records wait this long "
              "for their partner",

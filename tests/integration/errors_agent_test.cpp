@@ -260,3 +260,37 @@ TEST(ErrorsAgent, UnreadableKmsgSaidOnceStickyErrorsStillCounted) {
       << err;
   EXPECT_EQ(err.find("cannot read"), err.rfind("cannot read")) << err;
 }
+
+// NVML's Xid events through the errors collector's own event set (--nvml, the stand-in): a
+// series with the device's index, UUID and PCI bus id as the stand-in gives them, source nvml,
+// no process labels (NVML names none).
+TEST(ErrorsAgent, NvmlXidSeries) {
+  Workload w("ean", "gan");
+  TempFile devices("nvml-devices", "device 0 util 5 memutil 1\n");
+  TempFile events("nvml-events");
+  TempFile log("nvml-kmsg");
+  Agent a(w, agent_args({"--collectors", "errors", "--kmsg", log.path, "--nvml", NVML_STANDIN}),
+          {"NVML_STANDIN_FILE=" + devices.path, "NVML_STANDIN_EVENTS=" + events.path});
+  // The event set exists once the agent serves; an event appended before it was made is not delivered.
+  a.until([](const std::string& t) { return t.find("gpuscope_collector_up") != std::string::npos; });
+  events.append("0 8 48");
+  std::string m = a.until([&](const std::string& t) { return sum_of(t, kXidSeries, {}) == 1; });
+  ASSERT_NE(m, "") << a.metrics() << a.proc().err();
+  auto xs = samples(m, kXidSeries);
+  ASSERT_EQ(xs.size(), 1u) << m;
+  const std::map<std::string, std::string> want = {{"gpu", "0"},
+                                                   {"uuid", "GPU-5eed0000-0000-4000-8000-000000000000"},
+                                                   {"pci_bus_id", "0000:3b:00.0"},
+                                                   {"xid", "48"},
+                                                   {"class", "hardware"},
+                                                   {"action", "reset_gpu"},
+                                                   {"source", "nvml"},
+                                                   {"pid", ""},
+                                                   {"comm", ""},
+                                                   {"container", ""},
+                                                   {"pod", ""},
+                                                   {"namespace", ""}};
+  EXPECT_EQ(xs[0].labels, want);
+  EXPECT_EQ(xs[0].value, 1);
+  EXPECT_EQ(a.stop(), 0) << a.proc().err();
+}

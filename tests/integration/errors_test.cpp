@@ -429,3 +429,46 @@ TEST(Errors, LaterStickyErrorsCountedPerCallAndCode) {
     EXPECT_EQ(std::count(pids.begin(), pids.end(), static_cast<uint32_t>(app.pid)), 0) << m;
   }
 }
+
+// NVML's events reach gpuscope errors through an event set of its own (--nvml, here the
+// stand-in): an Xid there is one xid record with the device's index, UUID and PCI bus id as the
+// stand-in gives them, source nvml; an event of another critical type is an nvml_event record.
+// An --nvml named that cannot load is bad input; without --nvml a missing NVML is said once.
+TEST(Errors, NvmlEventsThroughItsOwnEventSet) {
+  TempFile devices("nvml-devices", "device 0 util 5 memutil 1\ndevice 1 util 7 memutil 2\n");
+  TempFile events("nvml-events");
+  Process p({gpuscope_bin(), "errors", "--json", "--kmsg", "/dev/null", "--nvml", NVML_STANDIN, "--window", "0"},
+            {"NVML_STANDIN_FILE=" + devices.path, "NVML_STANDIN_EVENTS=" + events.path});
+  ASSERT_TRUE(p.wait_for("gpuscope: watching", 30, true)) << p.err();
+  const uint64_t t0 = realtime_now();
+  events.append("1 8 79");  // nvmlEventTypeXidCriticalError, Xid 79, device 1
+  events.append("0 2 0");   // nvmlEventTypeDoubleBitEccError, device 0
+  ASSERT_TRUE(p.wait_for("\"nvml_event\"", 10)) << p.out() << p.err();
+  ASSERT_TRUE(p.wait_for("\"xid\"", 10)) << p.out() << p.err();
+  const uint64_t t1 = realtime_now();
+  p.signal(SIGINT);
+  ASSERT_EQ(p.wait(30), 0) << p.err();
+  auto lines = parse_lines(p.out());
+  auto x = of_type(lines, "xid");
+  ASSERT_EQ(x.size(), 1u) << p.out();
+  EXPECT_EQ(x[0]["xid"], 79);
+  EXPECT_EQ(x[0]["gpu"], 1);
+  EXPECT_EQ(x[0]["uuid"], "GPU-5eed0000-0000-4000-8000-000000000001");
+  EXPECT_EQ(x[0]["pci_bus_id"], "0000:5b:00.0");
+  EXPECT_EQ(x[0]["source"], "nvml");
+  EXPECT_EQ(x[0]["class"], "hardware");
+  EXPECT_EQ(x[0]["action"], "drain_node");
+  EXPECT_FALSE(x[0].contains("pid")) << x[0].dump();
+  uint64_t ts = x[0]["ts_ns"];
+  EXPECT_GE(ts, t0);
+  EXPECT_LE(ts, t1);
+  auto n = of_type(lines, "nvml_event");
+  ASSERT_EQ(n.size(), 1u) << p.out();
+  EXPECT_EQ(n[0]["event"], "ecc_double_bit");
+  EXPECT_EQ(n[0]["gpu"], 0);
+  EXPECT_EQ(n[0]["uuid"], "GPU-5eed0000-0000-4000-8000-000000000000");
+  EXPECT_EQ(n[0]["pci_bus_id"], "0000:3b:00.0");
+
+  auto r = expect_usage_error("errors", {"--nvml", "/nonexistent-gs/libnvidia-ml.so.1"});
+  EXPECT_NE(r.err.find("NVML not available"), std::string::npos) << r.err;
+}
