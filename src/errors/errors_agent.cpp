@@ -41,7 +41,6 @@ class ErrorsAgent final : public AgentCollector {
   void plan(CollectorServices& s) const override { s.need<KernelsCollector>(); }
 
   void load(AgentHost& host) override {
-    host_ = &host;
     ErrorsCollector::Config cfg;
     cfg.scope = host.options.scope;
     cfg.kmsg_path = kmsg_;
@@ -161,7 +160,6 @@ class ErrorsAgent final : public AgentCollector {
   }
 
   std::string kmsg_ = "/dev/kmsg";
-  AgentHost* host_ = nullptr;
   std::unique_ptr<ErrorsCollector> collector_;
   std::unique_ptr<ErrorsNvml> nvml_;  // after collector_: its thread ends first
   std::map<XidKey, uint64_t> xids_;
