@@ -95,6 +95,10 @@ TEST(Deploy, MetricNamesExported) {
   EXPECT_NE(r.out.find("ok gpuscope_gpu_power_watts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_anomalies_total"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok gpuscope_governor_level"), std::string::npos) << r.out;
+  // The GPU-error alerts and tables read the errors collector's families, there before any error.
+  for (const char* n : {"gpuscope_xid_errors_total", "gpuscope_cuda_sticky_errors_total"})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("(^|\\n)ok ") + n + " \\([^)\\n]*rules\\.yml")))
+        << n << r.out;
   // What the recording rules of the blog's names read.
   for (const char* n :
        {"gpuscope_kernel_launches_total", "gpuscope_memory_allocations_total", "gpuscope_memory_frees_total",
