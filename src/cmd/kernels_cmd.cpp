@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <regex>
 #include <set>
 #include <thread>
 #include <tuple>
 
 #include "core/cli.h"
 #include "core/event_loop.h"
+#include "core/flamegraph.h"
 #include "core/output.h"
 #include "core/where.h"
 #include "core/system.h"
@@ -32,6 +34,11 @@ struct KernelsOptions {
   unsigned top = 0;  // 0: every row
   std::string count_layer = "auto";
   std::vector<std::string> cupti_libs;
+  bool stacks = false;
+  // Not measured on a GPU host yet: a guess that keeps a launch-bound loop's stack walks at
+  // one in 64 launches (docs/kernels.md says so).
+  uint32_t stack_every = 64;
+  std::string folded, svg, site_skip;
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
@@ -65,6 +72,11 @@ class KernelsView {
               "gpuscope: %llu launches not counted (row map full), %llu recorded in stream capture, %llu "
               "events lost\n",
               (unsigned long long)s.rows_full, (unsigned long long)s.captured, (unsigned long long)s.lost);
+    if (s.stacks_lost || s.samples_full)
+      fprintf(stderr,
+              "gpuscope: %llu sampled launches without their user stack (stack map full), %llu not kept "
+              "(sample map full)\n",
+              (unsigned long long)s.stacks_lost, (unsigned long long)s.samples_full);
   }
 
  private:
@@ -225,6 +237,72 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
   out_.flush();
 }
 
+// The launch sites at the end of the run: the table (or JSON lines) of sites, the folded stacks,
+// the flame graph.
+void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) {
+  WhereView where(o.scope);
+  Writer out;
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  uint64_t ts_ns = static_cast<uint64_t>(rt.tv_sec) * 1000000000 + static_cast<uint64_t>(rt.tv_nsec);
+  std::vector<const LaunchSite*> by_launches;
+  for (auto& s : sites) by_launches.push_back(&s);
+  std::stable_sort(by_launches.begin(), by_launches.end(), [](auto* a, auto* b) { return a->launches > b->launches; });
+  if (o.common.json) {
+    for (auto* s : by_launches) {
+      JsonLine j(out.buf());
+      j.record("site", ts_ns);
+      where.process(j, static_cast<pid_t>(s->pid), s->comm, s->cgroup_id);
+      j.str("site", s->site).begin_array("stack");
+      for (auto& f : s->stack) j.str(f);
+      j.end_array().str("kernel", s->kernel).str("module", s->module);
+      j.num("launches", s->launches).num("samples", s->samples).boolean("estimated", s->estimated).end();
+    }
+  } else {
+    // One row per (process, site, kernel): the stacks that end at one site are summed.
+    struct Row {
+      const LaunchSite* first;
+      uint64_t launches = 0, samples = 0;
+      bool estimated = false;
+    };
+    std::map<std::tuple<uint32_t, std::string, std::string>, Row> rows;
+    for (auto* s : by_launches) {
+      auto [it, _] = rows.try_emplace({s->pid, s->site, s->kernel}, Row{s});
+      it->second.launches += s->launches, it->second.samples += s->samples;
+      it->second.estimated = it->second.estimated || s->estimated;
+    }
+    std::vector<Row> v;
+    for (auto& [_, r] : rows) v.push_back(r);
+    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.launches > b.launches; });
+    if (o.top && v.size() > o.top) v.resize(o.top);
+    Table t = where.table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 14}, {"SAMPLES", 8}, {"SITE", -40}, {"KERNEL", 0}},
+                          kWhereAt);
+    fmt::format_to(std::back_inserter(out.buf()),
+                   "\nlaunch sites: every {}th launch per process and each kernel's first sampled; launches "
+                   "marked est. are the counted ones split in the sampled proportions\n",
+                   o.stack_every);
+    t.header(out.buf());
+    for (auto& r : v)
+      t.row(out.buf(), where.row({std::to_string(r.first->pid), r.first->comm,
+                                  std::to_string(r.launches) + (r.estimated ? " est." : ""), std::to_string(r.samples),
+                                  r.first->site, r.first->kernel},
+                                 kWhereAt, static_cast<pid_t>(r.first->pid)));
+  }
+  out.flush();
+  if (o.folded.empty() && o.svg.empty()) return;
+  // Root first: the process, its frames from the outermost in, the kernel.
+  Folded folded;
+  for (auto& s : sites) {
+    if (!s.launches) continue;
+    std::vector<std::string> f{s.comm};
+    f.insert(f.end(), s.stack.rbegin(), s.stack.rend());
+    f.push_back("[kernel] " + s.kernel);
+    folded[fold(f)] += s.launches;
+  }
+  if (!o.folded.empty()) write_file_atomic(o.folded, folded_text(folded));
+  if (!o.svg.empty()) write_file_atomic(o.svg, flamegraph_svg(folded, "gpuscope kernels: launch sites", "launches"));
+}
+
 // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
 std::unique_ptr<GpuTimeCollector> gpu_time_collector(UprobeSession& session, const KernelsOptions& o) {
   try {
@@ -251,13 +329,24 @@ void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollec
 }
 
 int run_kernels(const KernelsOptions& o) {
+  if (!o.site_skip.empty()) try {
+      std::regex check(o.site_skip);
+    } catch (const std::regex_error& e) {
+      throw UsageError("--site-skip " + clip(o.site_skip) + " is not a valid regular expression: " + e.what());
+    }
+  if (!o.folded.empty()) check_output_file("--folded", o.folded);
+  if (!o.svg.empty()) check_output_file("--svg", o.svg);
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
   CountLayer layer = o.count_layer == "driver" ? CountLayer::Driver
                      : o.count_layer == "both" ? CountLayer::Both
                                                : CountLayer::Auto;
-  KernelsCollector kernels(session, {o.scope, layer});
+  KernelsCollector::Config kc{o.scope, layer};
+  kc.stacks = o.stacks;
+  kc.stack_every = o.stack_every;
+  kc.site_skip = o.site_skip;
+  KernelsCollector kernels(session, kc);
   if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", kernels.layer_reason().c_str());
   auto say_notes = [&] {
     for (auto& n : kernels.take_notes())
@@ -299,6 +388,7 @@ int run_kernels(const KernelsOptions& o) {
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
+  if (o.stacks) print_sites(o, kernels.sites());
   view.stats(kernels.stats(), o.common.verbose);
   if (gpu) report_gpu_losses(gpu->stats());
   return 0;
@@ -318,11 +408,30 @@ void register_kernels(CLI::App& app) {
   cmd->add_option("--cupti-lib", o->cupti_libs,
                   "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
+  auto* stacks = cmd->add_flag("--stacks", o->stacks,
+                               "Record the user stack (native and CPython frames) of sampled launches; at the end, "
+                               "the launch sites");
+  add_number(cmd, "--stack-every", o->stack_every,
+             "With --stacks: sample every Nth launch per process, and each kernel's first (default 64; 1: every "
+             "launch, exact counts)",
+             "launches", 1, 1000000000)
+      ->needs(stacks);
+  cmd->add_option("--folded", o->folded,
+                  "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)")
+      ->needs(stacks);
+  cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG")->needs(stacks);
+  cmd->add_option("--site-skip", o->site_skip,
+                  "With --stacks: a launch site is the innermost frame whose file (Python) or library (native) this "
+                  "regular expression does not match (default: torch, site-packages, the standard library, the CUDA "
+                  "and framework libraries)")
+      ->type_name("REGEX")
+      ->needs(stacks);
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"
       "  gpuscope kernels -p 1234 --top 20\n"
-      "  gpuscope kernels -c python3 --json --interval 5");
+      "  gpuscope kernels -c python3 --json --interval 5\n"
+      "  gpuscope kernels -p 1234 -d 30 --stacks --folded sites.folded --svg sites.svg");
 }
 GPUSCOPE_COMMAND(register_kernels, 30);
 

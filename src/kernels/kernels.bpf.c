@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "common/call_pair.bpf.h"
 #include "common/maps.bpf.h"
+#include "python/pyframes.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -87,6 +88,73 @@ const volatile bool driver_only = false;
 /* Each row keeps the time of its latest launch (errors: the kernels since a process's last
  * successful synchronization). Off, the verifier drops the stores. */
 const volatile bool track_last_launch = false;
+
+/* --stacks: every stack_every-th launch of a process, and the first launch of each row, takes its
+ * user stack (and its CPython frames with py_walk). Off, the verifier drops all of it. */
+const volatile bool stacks_on = false;
+const volatile bool py_walk = false;
+const volatile __u32 stack_every = 64;
+
+/* Per process: launches counted since its first one, the sampling stride's clock. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_ticks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, GS_K_MAX_STACKS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, GS_K_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_K_MAX_SAMPLES);
+	__type(key, struct gs_k_sample_key);
+	__type(value, __u64);
+} samples SEC(".maps");
+
+/* A counted launch of row k; `first`: the row was created by it, so a kernel launched once is
+ * still seen at its site. BPF cannot tell a stack new without taking it, so that is the rule: the
+ * stride's launches and each row's first. */
+static __always_inline void sample_launch(struct pt_regs *ctx, struct task_struct *task,
+                                          const struct gs_k_key *k, bool first)
+{
+	__u64 zero = 0, one = 1, n = 0, *c;
+	__u64 *tick = bpf_map_lookup_elem(&stack_ticks, &k->pid);
+
+	if (!tick) {
+		bpf_map_update_elem(&stack_ticks, &k->pid, &zero, BPF_NOEXIST);
+		tick = bpf_map_lookup_elem(&stack_ticks, &k->pid);
+	}
+	if (tick)
+		n = __sync_fetch_and_add(tick, 1);
+	if (!first && (!tick || (stack_every > 1 && n % stack_every)))
+		return;
+	struct gs_k_sample_key sk = {.pid = k->pid,
+	                             .layer = k->layer,
+	                             .handle = k->handle,
+	                             .caller = gs_return_address(ctx)};
+	long id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (id < 0)
+		count_drop(GS_K_DROP_STACKS);
+	sk.stack_id = id < 0 ? -1 : (__s32)id;
+	if (py_walk)
+		sk.py_hash = gs_py_capture(task);
+	c = bpf_map_lookup_elem(&samples, &sk);
+	if (c) {
+		__sync_fetch_and_add(c, 1);
+	} else if (bpf_map_update_elem(&samples, &sk, &one, BPF_NOEXIST)) {
+		c = bpf_map_lookup_elem(&samples, &sk);
+		if (c)
+			__sync_fetch_and_add(c, 1);
+		else
+			count_drop(GS_K_DROP_SAMPLES_FULL);
+	}
+}
 
 /* The namer kind of the row a naming probe is attached at (its cookie). */
 static __always_inline __u32 namer_of(struct pt_regs *ctx)
@@ -176,6 +244,8 @@ static __always_inline int launch_scoped(struct pt_regs *ctx, const enum gs_k_si
 		__sync_fetch_and_add(&v->count, 1);
 		if (track_last_launch)
 			v->last_launch_ns = bpf_ktime_get_ns();
+		if (stacks_on)
+			sample_launch(ctx, task, &k, false);
 		return 0;
 	}
 	struct gs_k_val nv = {.count = 1,
@@ -189,11 +259,15 @@ static __always_inline int launch_scoped(struct pt_regs *ctx, const enum gs_k_si
 			__sync_fetch_and_add(&v->count, 1);
 			if (track_last_launch)
 				v->last_launch_ns = nv.last_launch_ns;
+			if (stacks_on)
+				sample_launch(ctx, task, &k, false);
 		} else {
 			count_drop(GS_K_DROP_ROWS_FULL);
 		}
 		return 0;
 	}
+	if (stacks_on)
+		sample_launch(ctx, task, &k, true);
 	__u8 one = 1;
 	bpf_map_update_elem(&launched, &pid, &one, BPF_ANY);
 	/* A handle's first launch teaches its driver alias; later ones skip the map update. */

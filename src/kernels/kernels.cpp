@@ -212,6 +212,18 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
         skel->rodata->driver_only = driver_only_;
         skel->rodata->track_last_launch = cfg_.track_last_launch;
         if (cfg_.max_rows) bpf_map__set_max_entries(skel->maps.counts, cfg_.max_rows);
+        skel->rodata->stacks_on = cfg_.stacks;
+        skel->rodata->stack_every = cfg_.stack_every ? cfg_.stack_every : 1;
+        skel->rodata->py_walk = cfg_.stacks && cfg_.py_frames;
+        bpf_program__set_autoload(skel->progs.gs_py_exec, skel->rodata->py_walk);
+        if (!cfg_.stacks)  // never touched: at their smallest
+          for (bpf_map* m : {skel->maps.stacks, skel->maps.samples, skel->maps.stack_ticks})
+            bpf_map__set_max_entries(m, 1);
+        if (!skel->rodata->py_walk) {
+          for (bpf_map* m : {skel->maps.gs_py_procs, skel->maps.gs_py_tstates, skel->maps.gs_py_stacks})
+            bpf_map__set_max_entries(m, 1);
+          bpf_map__set_max_entries(skel->maps.gs_py_events, 4096);
+        }
         auto& p = skel->progs;
         std::vector<bpf_program*> timed{p.gs_k_cu_launch_timed, p.gs_k_cu_launch_ex_timed, p.gs_k_cu_graph_timed,
                                         p.gs_k_cu_host_func_timed};
@@ -237,6 +249,18 @@ KernelsCollector::KernelsCollector(UprobeSession& session, Config cfg)
   if (cfg_.naming_only) driver_only_ = true;  // nothing counted, so no runtime probes either
   session.add(site_probes(), ld.multi);
   hooks_.attach_exit(skel_->progs.gs_k_proc_exit);
+  if (cfg_.stacks) site_skip_ = std::regex(cfg_.site_skip.empty() ? kDefaultSiteSkip : cfg_.site_skip);
+  if (skel_->rodata->py_walk) {
+    auto& m = skel_->maps;
+    py_ = std::make_unique<PyStacks>(
+        PyStacks::Maps{bpf_map__fd(m.gs_py_procs), bpf_map__fd(m.gs_py_tstates), bpf_map__fd(m.gs_py_stacks),
+                       bpf_map__fd(m.gs_py_counters), bpf_map__fd(m.gs_py_events)},
+        [this](const std::string& line) { notes_.push_back(line); });
+    if (!hooks_.attach(skel_->progs.gs_py_exec))
+      notes_.push_back(
+          "kernels: cannot attach tp_btf/sched_process_exec: a Python process that execs keeps its "
+          "old interpreter layout until it exits");
+  }
   rb_ = std::make_unique<RingBuffer>(bpf_map__fd(skel_->maps.events), [this](const void* d, size_t sz) {
     if (sz >= sizeof(gs_k_event)) on_event(*static_cast<const gs_k_event*>(d));
   });
@@ -268,6 +292,14 @@ void KernelsCollector::start(UprobeSession& session) {
   // Processes already running: their handle variables are read now, so that the ELF files
   // are parsed before counting is announced rather than on their first launch.
   for (pid_t pid : session.initial_pids()) scan_handle_vars(pid);
+  if (cfg_.stacks) {
+    for (pid_t pid : session.initial_pids()) watch_stacks(pid);
+    session.on_maps_changed([this](pid_t pid) {
+      stack_watched_.erase(static_cast<uint32_t>(pid));
+      watch_stacks(pid);
+    });
+    return;
+  }
   if (!cfg_.naming_only && !cfg_.track_last_launch) return;
   // trace reads its events in batches, often after a short-lived process has gone: its
   // mappings are read while it runs, so that host functions and stubs still resolve. errors
@@ -279,10 +311,14 @@ void KernelsCollector::start(UprobeSession& session) {
   });
 }
 
-void KernelsCollector::watch(EventLoop& loop) { loop.watch(*rb_); }
+void KernelsCollector::watch(EventLoop& loop) {
+  loop.watch(*rb_);
+  if (py_) loop.watch(py_->events());
+}
 
 void KernelsCollector::tick() {
   learn_new_keys();
+  if (py_) py_->poll();
   if (!said_gone_.empty()) forget_announced(std::exchange(said_gone_, {}));
   auto now = std::chrono::steady_clock::now();
   // trace (and errors) snapshot every process they notice, but only those that launched report
@@ -448,6 +484,9 @@ KernelsCollector::Name KernelsCollector::resolve(const Key& k, uint64_t caller, 
 
 void KernelsCollector::on_event(const gs_k_event& e) {
   pid_t pid = static_cast<pid_t>(e.pid);
+  // A naming call comes before the process's first launches: its maps and interpreter are read
+  // now, so that its stacks resolve however soon it exits.
+  if (cfg_.stacks && e.type == GS_K_EV_NAME) watch_stacks(pid);
   if (e.type == GS_K_EV_EXIT) {
     if (comms_[e.pid].empty()) comms_[e.pid] = std::string(e.name, strnlen(e.name, GS_COMM_LEN));
     if (cfg_.naming_only) {
@@ -562,7 +601,135 @@ std::vector<KernelRow> KernelsCollector::snapshot() {
   auto counts = read_counts();
   learn_keys(counts);
   retry_unknown();
+  if (cfg_.stacks)  // named while their process lives
+    for_each_entry<gs_k_sample_key, uint64_t>(bpf_map__fd(skel_->maps.samples),
+                                              [&](const gs_k_sample_key& k, uint64_t) { frames_of(k); });
   return rows_of(counts);
+}
+
+// Python frames in torch, site-packages, dist-packages, the standard library or frozen modules;
+// native frames in the CUDA and framework libraries, the interpreter, ctypes/libffi, the C and
+// C++ runtimes and the loader. What is left is code the user wrote.
+const char* const kDefaultSiteSkip =
+    "(^|/)(torch|site-packages|dist-packages)/|/lib/python3(\\.[0-9]+)?/|^<frozen |"
+    "^(libcuda\\.so|libcudart|libtorch|libc10|libcublas|libcudnn|libnccl|libcupti|libgpuscope|libpython|python3|"
+    "_ctypes|libffi|libc\\.so|libstdc\\+\\+|libgcc_s|libm\\.so|ld-linux)";
+
+void KernelsCollector::watch_stacks(pid_t pid) {
+  if (!stack_watched_.insert(static_cast<uint32_t>(pid)).second) return;
+  syms_.snapshot(pid);
+  if (py_) py_->track(pid);
+}
+
+// A sampled stack, symbolized once: the probed entry point, the caller the walk from it skips,
+// then the frame-pointer chain; its site is the innermost frame that site_skip_ lets through.
+const KernelsCollector::Frames& KernelsCollector::frames_of(const gs_k_sample_key& k) {
+  StackKey key{k.pid, k.stack_id, k.caller, k.py_hash};
+  if (auto it = frames_.find(key); it != frames_.end()) return it->second;
+  pid_t pid = static_cast<pid_t>(k.pid);
+  std::vector<uint64_t> ips;
+  uint64_t buf[GS_K_STACK_DEPTH] = {};
+  if (k.stack_id >= 0 && bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stacks), &k.stack_id, buf) == 0) {
+    for (size_t i = 0; i < GS_K_STACK_DEPTH && buf[i]; i++) {
+      ips.push_back(buf[i]);
+      // Kernels from 6.13 put the caller there themselves (a uprobe at a function's entry).
+      if (i == 0 && k.caller && buf[1] != k.caller) ips.push_back(k.caller);
+    }
+  } else if (k.caller) {
+    ips.push_back(k.caller);  // no stack kept: the caller still says where
+  }
+  std::vector<std::string> native;
+  std::string site;
+  for (size_t i = 0; i < ips.size(); i++) {
+    std::string name = syms_.user(pid, ips[i], i > 0);
+    std::string module = syms_.module_of(pid, i > 0 ? ips[i] - 1 : ips[i]);
+    // A bare address is in no mapping: no frame to name a site by.
+    if (site.empty() && module != "?" && !std::regex_search(module, site_skip_)) site = name;
+    native.push_back(std::move(name));
+  }
+  Frames f;
+  f.stack = native;
+  if (py_ && k.py_hash) {
+    auto py = py_->frames(pid, k.py_hash);
+    f.stack = py_merge(native, py);
+    // A Python frame in user code is the site before any native one: "py::name (file:line)".
+    for (auto& p : py) {
+      auto open = p.name.rfind(" (");
+      auto colon = p.name.rfind(':');
+      std::string file = open != std::string::npos && colon != std::string::npos && colon > open
+                             ? p.name.substr(open + 2, colon - open - 2)
+                             : std::string();
+      if (!std::regex_search(file, site_skip_)) {
+        site = p.name;
+        break;
+      }
+    }
+  }
+  f.site = site.empty() ? "[no user frame]" : site;
+  return frames_.emplace(key, std::move(f)).first->second;
+}
+
+// Each row's counted launches split across its sampled stacks in their sampled proportions
+// (largest remainders, so that the parts add up to the count), then summed per (process,
+// kernel, stack).
+std::vector<LaunchSite> KernelsCollector::sites_of(const std::map<Key, uint64_t>& counts,
+                                                   const std::set<uint32_t>* only) {
+  std::map<Key, std::vector<std::pair<gs_k_sample_key, uint64_t>>> by_row;
+  for_each_entry<gs_k_sample_key, uint64_t>(bpf_map__fd(skel_->maps.samples),
+                                            [&](const gs_k_sample_key& k, uint64_t n) {
+                                              if (!only || only->count(k.pid))
+                                                by_row[{k.pid, k.layer, k.handle}].emplace_back(k, n);
+                                            });
+  std::map<std::tuple<uint32_t, std::string, std::string, std::vector<std::string>>, LaunchSite> out;
+  for (auto& [row, samples] : by_row) {
+    auto c = counts.find(row);
+    if (c == counts.end()) continue;
+    uint64_t total = 0;
+    for (auto& [_, n] : samples) total += n;
+    uint64_t launches = c->second;
+    std::vector<std::pair<uint64_t, uint64_t>> parts;  // (share, remainder)
+    uint64_t given = 0;
+    for (auto& [_, n] : samples) {
+      unsigned __int128 x = static_cast<unsigned __int128>(launches) * n;
+      parts.emplace_back(static_cast<uint64_t>(x / total), static_cast<uint64_t>(x % total));
+      given += parts.back().first;
+    }
+    std::vector<size_t> order(parts.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return parts[a].second > parts[b].second; });
+    for (size_t i = 0; given < launches && i < order.size(); i++, given++) parts[order[i]].first++;
+    auto it = resolved_.find(row);
+    Name nm = it != resolved_.end() ? it->second : guessed_.count(row) ? guessed_[row] : Name{"[unknown ?]", "?"};
+    for (size_t i = 0; i < samples.size(); i++) {
+      const Frames& f = frames_of(samples[i].first);
+      auto& s = out[{std::get<0>(row), nm.kernel, nm.module, f.stack}];
+      s.pid = std::get<0>(row);
+      s.comm = comms_[s.pid];
+      s.cgroup_id = cgroups_[s.pid];
+      s.kernel = nm.kernel;
+      s.module = nm.module;
+      s.stack = f.stack;
+      s.site = f.site;
+      s.launches += parts[i].first;
+      s.samples += samples[i].second;
+      s.estimated = s.estimated || total != launches;
+    }
+  }
+  std::vector<LaunchSite> v;
+  for (auto& [_, s] : out) v.push_back(std::move(s));
+  return v;
+}
+
+std::vector<LaunchSite> KernelsCollector::sites() {
+  if (!cfg_.stacks) return {};
+  drain();
+  auto counts = read_counts();
+  learn_keys(counts);
+  retry_unknown();
+  std::vector<LaunchSite> v = exited_sites_;
+  auto live = sites_of(counts, nullptr);
+  v.insert(v.end(), live.begin(), live.end());
+  return v;
 }
 
 std::vector<LaunchedKernel> KernelsCollector::launched_since(uint32_t pid, uint64_t since_ns, size_t max) {
@@ -624,6 +791,17 @@ void KernelsCollector::finish_exits() {
   for (auto& [k, n] : counts) by_pid[std::get<0>(k)].emplace(k, n);
   if (exit_sink_)
     for (uint32_t pid : pids) exit_sink_(pid, rows_of(by_pid[pid]));
+  if (cfg_.stacks) {
+    auto gone = sites_of(counts, &pids);
+    exited_sites_.insert(exited_sites_.end(), gone.begin(), gone.end());
+    std::vector<gs_k_sample_key> dead;
+    for_each_entry<gs_k_sample_key, uint64_t>(bpf_map__fd(skel_->maps.samples),
+                                              [&](const gs_k_sample_key& k, uint64_t) {
+                                                if (pids.count(k.pid)) dead.push_back(k);
+                                              });
+    for (auto& k : dead) bpf_map_delete_elem(bpf_map__fd(skel_->maps.samples), &k);
+    for (uint32_t pid : pids) bpf_map_delete_elem(bpf_map__fd(skel_->maps.stack_ticks), &pid);
+  }
   int fd = bpf_map__fd(skel_->maps.counts);
   for (auto& [k, _] : counts) {
     gs_k_key key{std::get<0>(k), std::get<1>(k), std::get<2>(k)};
@@ -666,7 +844,10 @@ void KernelsCollector::forget(const std::set<uint32_t>& pids) {
     std::erase_if(it->second.users, [&](pid_t p) { return gone(static_cast<uint32_t>(p)); });
     it = it->second.users.empty() && !it->second.vars.empty() ? handle_vars_.erase(it) : std::next(it);
   }
+  std::erase_if(frames_, [&](auto& kv) { return gone(std::get<0>(kv.first)); });
   for (uint32_t pid : pids) {
+    stack_watched_.erase(pid);
+    if (py_) py_->forget(static_cast<pid_t>(pid));
     syms_.forget(static_cast<pid_t>(pid));
     var_scans_.erase(static_cast<pid_t>(pid));
     var_maps_.erase(static_cast<pid_t>(pid));
@@ -823,8 +1004,13 @@ std::string KernelsCollector::name_of(uint32_t pid, uint64_t handle, bool host_f
 
 KernelsCollector::Stats KernelsCollector::stats() const {
   int fd = bpf_map__fd(skel_->maps.drops);
-  return {percpu_sum(fd, GS_K_DROP_ROWS_FULL), percpu_sum(fd, GS_K_DROP_CAPTURED),
-          percpu_sum(fd, GS_K_DROP_EVENTS) + percpu_sum(fd, GS_K_DROP_NO_STATE), naming_events_};
+  return {percpu_sum(fd, GS_K_DROP_ROWS_FULL),
+          percpu_sum(fd, GS_K_DROP_CAPTURED),
+          percpu_sum(fd, GS_K_DROP_EVENTS) + percpu_sum(fd, GS_K_DROP_NO_STATE),
+          naming_events_,
+          percpu_sum(fd, GS_K_DROP_STACKS),
+          percpu_sum(fd, GS_K_DROP_SAMPLES_FULL),
+          py_ ? py_->counters() : PyStacks::Counters{}};
 }
 
 }  // namespace gpuscope

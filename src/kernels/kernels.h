@@ -9,6 +9,9 @@
 
 #define GS_K_MAX_ROWS 65536
 #define GS_K_NAME_LEN 128
+#define GS_K_STACK_DEPTH 127   /* user frames kept per sampled launch */
+#define GS_K_MAX_STACKS 16384  /* distinct user stacks (--stacks) */
+#define GS_K_MAX_SAMPLES 65536 /* distinct (process, row, stack) sample counters (--stacks) */
 
 /* GS_K_HOST: a host function enqueued in a stream (cudaLaunchHostFunc, cuLaunchHostFunc). */
 enum gs_k_layer { GS_K_RUNTIME, GS_K_DRIVER, GS_K_GRAPH, GS_K_HOST };
@@ -56,6 +59,19 @@ struct gs_k_named_key {
 	__u64 mm;
 };
 
+/* A sampled launch's row and where it came from (--stacks). The stack map's first frame is the
+ * probed entry point, whose caller's frame a frame-pointer walk from the entry skips: `caller`
+ * (the return address) is that frame. */
+struct gs_k_sample_key {
+	__u32 pid;
+	__u32 layer;
+	__u64 handle;
+	__s32 stack_id; /* <0: no user stack taken */
+	__u32 pad;
+	__u64 caller;
+	__u64 py_hash; /* the CPython frame chain (python/pyframes.h); 0: none */
+};
+
 enum gs_k_event_type { GS_K_EV_NAME, GS_K_EV_EXIT };
 
 struct gs_k_event {
@@ -75,6 +91,8 @@ enum gs_k_drop {
 	GS_K_DROP_CAPTURED,
 	GS_K_DROP_NO_STATE,
 	GS_K_DROP_EVENTS,
+	GS_K_DROP_STACKS,       /* sampled launch whose user stack was not kept (stack map full) */
+	GS_K_DROP_SAMPLES_FULL, /* sampled launch not kept: sample map full */
 	GS_K_DROP_COUNT
 };
 
@@ -83,6 +101,7 @@ static_assert(sizeof(gs_k_key) == 16);
 static_assert(sizeof(gs_k_val) == 32);
 static_assert(sizeof(gs_k_alias_key) == 16);
 static_assert(sizeof(gs_k_named_key) == 32);
+static_assert(sizeof(gs_k_sample_key) == 40);
 static_assert(sizeof(gs_k_event) == 48 + GS_K_NAME_LEN);
 #endif
 

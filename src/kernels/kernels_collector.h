@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <string>
 #include <tuple>
@@ -24,9 +25,11 @@
 #include "core/proc_maps.h"
 #include "core/symbolizer.h"
 #include "core/uprobe_session.h"
+#include "python/pystacks.h"
 
 struct kernels_bpf;
 struct gs_k_event;
+struct gs_k_sample_key;
 
 namespace gpuscope {
 
@@ -51,6 +54,23 @@ struct LaunchedKernel {
   uint64_t last_launch_ns = 0;  // CLOCK_MONOTONIC of its latest launch
 };
 
+// A launch site (--stacks): the launches of one kernel in one process from one user stack.
+struct LaunchSite {
+  uint32_t pid = 0;
+  std::string comm;
+  uint64_t cgroup_id = 0;
+  std::string kernel, module;      // as KernelRow names them
+  std::vector<std::string> stack;  // innermost first: native frames, the CPython frames merged in
+  std::string site;                // the innermost frame in user code; "[no user frame]" when none is
+  uint64_t launches = 0;           // the kernel's counted launches split in its sampled stacks' proportions
+  uint64_t samples = 0;            // sampled launches from this stack
+  bool estimated = false;          // some launch of the kernel was not sampled: launches is a split, not a count
+};
+
+// The frames a launch site skips unless --site-skip replaces the rule: matched against a Python
+// frame's file and a native frame's file name.
+extern const char* const kDefaultSiteSkip;
+
 // Where launches are counted. Every launch that runs reaches the driver's exported entry
 // points, so with a driver loaded one probe per launch at that layer counts them all; without
 // one (no GPU), runtime launches fail before reaching it and are counted where they are made.
@@ -70,12 +90,21 @@ class KernelsCollector {
     // Each row keeps the time of its latest launch, for launched_since (errors); off, launches
     // cost nothing more.
     bool track_last_launch = false;
+    // Launch sites: every stack_every-th launch of a process, and the first of each row, takes
+    // its user stack (and CPython frames with py_frames). Off, launches cost nothing more.
+    bool stacks = false;
+    uint32_t stack_every = 64;
+    bool py_frames = true;
+    std::string site_skip;  // a launch site skips frames that this matches; empty: kDefaultSiteSkip
   };
   struct Stats {
     uint64_t rows_full = 0;      // launches not counted: row map full
     uint64_t captured = 0;       // launches recorded in stream capture (counted when the graph runs)
     uint64_t lost = 0;           // naming and exit events lost (ring buffer full or no per-thread state)
     uint64_t naming_events = 0;  // naming calls read (a repeat with the same result is not sent)
+    uint64_t stacks_lost = 0;    // sampled launches whose user stack was not kept (stack map full)
+    uint64_t samples_full = 0;   // sampled launches not kept (sample map full)
+    PyStacks::Counters py;       // the CPython walk's
   };
   // A process has exited: its final rows (possibly none). Its state is deleted after.
   using ExitSink = std::function<void(uint32_t pid, const std::vector<KernelRow>& rows)>;
@@ -119,6 +148,9 @@ class KernelsCollector {
   // Config::track_last_launch (else empty), and the process's rows: call it before its exit is
   // finished (defer_exits).
   std::vector<LaunchedKernel> launched_since(uint32_t pid, uint64_t since_ns, size_t max);
+  // With Config::stacks: the launch sites of every process seen, exited ones included, each
+  // kernel's counted launches split across its sampled stacks.
+  std::vector<LaunchSite> sites();
   // Why launches are counted where they are: the first line of -v.
   const std::string& layer_reason() const { return layer_reason_; }
   // What -v says once about naming (learned or failed driver layouts); emptied by the call.
@@ -178,6 +210,14 @@ class KernelsCollector {
   void forget_announced(const std::set<uint32_t>& pids);  // at its exit: it calls nothing again
   void forget(const std::set<uint32_t>& pids);            // every name and state of exited processes
   DriverLayout* driver_layout(pid_t pid);
+  // Launch sites.
+  struct Frames {
+    std::vector<std::string> stack;
+    std::string site;
+  };
+  void watch_stacks(pid_t pid);  // its maps and interpreter read while it lives
+  const Frames& frames_of(const gs_k_sample_key& k);
+  std::vector<LaunchSite> sites_of(const std::map<Key, uint64_t>& counts, const std::set<uint32_t>* only);
   void learn_layout(pid_t pid, DriverLayout& l);
   std::optional<Name> driver_object_name(pid_t pid, uint64_t handle, uint64_t caller);
   void check_layout(pid_t pid, uint64_t handle, const std::string& mangled);
@@ -209,6 +249,12 @@ class KernelsCollector {
   std::set<PH> object_read_;                              // handles read through the layout once
   std::set<PH> launched_;                                 // handles seen at a launch
   std::vector<std::string> notes_;
+  std::unique_ptr<PyStacks> py_;
+  std::regex site_skip_;
+  std::set<uint32_t> stack_watched_;
+  using StackKey = std::tuple<uint32_t, int32_t, uint64_t, uint64_t>;  // pid, stack id, caller, Python chain
+  std::map<StackKey, Frames> frames_;
+  std::vector<LaunchSite> exited_sites_;
   // name_of's misses: not asked again for a second, unless something was learned since (the
   // first launch trace formats may come before any that teaches the driver's layout).
   struct Miss {

@@ -25,7 +25,7 @@
 #include "core/system.h"
 #include "python/pystacks.h"
 #include "starvation.skel.h"
-#include "starvation/flamegraph.h"
+#include "core/flamegraph.h"
 #include "starvation/starvation.h"
 #include "starvation/starvation_collector.h"
 

@@ -5,7 +5,7 @@
 #include "cmd/agent/registry.h"
 #include "core/event_loop.h"
 #include "core/output.h"
-#include "starvation/flamegraph.h"
+#include "core/flamegraph.h"
 #include "starvation/starvation_collector.h"
 
 namespace gpuscope {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/scope.h"
-#include "starvation/flamegraph.h"
+#include "core/flamegraph.h"
 
 namespace gpuscope {
 

@@ -1,7 +1,7 @@
 // The SVG is written here rather than by flamegraph.pl: gpuscope is one static binary that must
 // run on hosts without Perl or a flamegraph package (Debian's packages are scripts, nothing to
 // link), and a flame graph is a few rectangles.
-#include "starvation/flamegraph.h"
+#include "core/flamegraph.h"
 
 #include <fmt/format.h>
 
