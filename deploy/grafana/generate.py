@@ -199,10 +199,42 @@ def frames():
     return b
 
 
+def nccl():
+    b = Board("gpuscope-nccl", "gpuscope / NCCL",
+              "NCCL collectives per communicator, rank and op, and the rank the others wait for (gpuscope nccl); "
+              "ranks on every host join by their communicator id")
+    b.vars.append(var("comm_id", 'label_values(gpuscope_nccl_calls_total{instance=~"$instance"}, comm_id)',
+                      "communicator"))
+    c = 'comm_id=~"$comm_id"'
+    b.panel("Slowest rank per communicator: mean arrival lag (5 min)", [t(
+        f"gpuscope:nccl_slowest_rank:arrival_lag_seconds{{{c}}}",
+        "{{comm_id}} rank {{rank}}/{{nranks}} {{comm}} {{pid}} on {{instance}}")], unit="s", w=24,
+        desc="From the recording rule gpuscope:nccl_slowest_rank:arrival_lag_seconds: per communicator, the rank "
+        "that enters its collectives furthest behind the first rank on its host (alert GpuscopeNcclStraggler "
+        "above 50 ms for 10 min)")
+    b.panel("Mean arrival lag per rank", [t(
+        f"sum by (instance, comm_id, rank, comm, pid) (rate(gpuscope_nccl_arrival_lag_seconds_sum{{{PROC},{c}}}"
+        f"[$__rate_interval])) / sum by (instance, comm_id, rank, comm, pid) "
+        f"(rate(gpuscope_nccl_arrival_lag_seconds_count{{{PROC},{c}}}[$__rate_interval]))",
+        "{{comm_id}} rank {{rank}} on {{instance}}")], unit="s")
+    b.panel("Collectives at which each rank arrived last /s", [t(
+        f"sum by (instance, comm_id, rank) (rate(gpuscope_nccl_last_arrivals_total{{{PROC},{c}}}[$__rate_interval]))",
+        "{{comm_id}} rank {{rank}} on {{instance}}")], unit="ops")
+    b.panel("Bytes per second per op", [t(
+        f"sum by (comm_id, op) (rate(gpuscope_nccl_bytes_total{{{PROC},{c}}}[$__rate_interval]))",
+        "{{comm_id}} {{op}}")], unit="Bps")
+    b.panel("Mean call time per rank and op", [t(
+        f"sum by (instance, comm_id, rank, op) (rate(gpuscope_nccl_call_seconds_sum{{{PROC},{c}}}[$__rate_interval])) "
+        f"/ sum by (instance, comm_id, rank, op) (rate(gpuscope_nccl_call_seconds_count{{{PROC},{c}}}"
+        f"[$__rate_interval]))", "{{comm_id}} rank {{rank}} {{op}}")], unit="s",
+        desc="Entry to return: ranks that wait for a late one spend longer inside the call")
+    return b
+
+
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     for name, board in [("node", node), ("process", process), ("starvation", starvation), ("kernel-time", gputime),
-                        ("frames", frames)]:
+                        ("frames", frames), ("nccl", nccl)]:
         with open(os.path.join(here, f"gpuscope-{name}.json"), "w") as f:
             json.dump(board().json(), f, indent=2)
             f.write("\n")

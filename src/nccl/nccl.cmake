@@ -4,3 +4,4 @@ gpuscope_command(nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_cmd.cpp LIBS gpusco
 add_dependencies(gpuscope_nccl nccl_skel)
 target_link_libraries(gpuscope_nccl PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_nccl)
+gpuscope_agent_collector(nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_agent.cpp LIBS gpuscope_nccl)

@@ -12,6 +12,7 @@
 #include "core/system.h"
 #include "core/where.h"
 #include "nccl/nccl_collector.h"
+#include "nccl/nccl_json.h"
 
 namespace gpuscope {
 
@@ -36,20 +37,6 @@ std::string duration_cell(uint64_t ns) {
   return fmt::format("{}ns", ns);
 }
 
-// nccl-tests' algbw (data size over time, GB/s = bytes per ns) and busbw, from the calls' time.
-struct Bandwidth {
-  double alg = 0, bus = 0;
-  bool known = false;
-};
-Bandwidth bandwidth(const NcclOpRow& r) {
-  Bandwidth b;
-  if (r.op == GS_NCCL_GROUP_START || r.op == GS_NCCL_GROUP_END || r.call_ns == 0 || r.rank.nranks <= 0) return b;
-  b.alg = static_cast<double>(r.bytes) * nccl_algbw_size_factor(r.op, r.rank.nranks) / static_cast<double>(r.call_ns);
-  b.bus = b.alg * nccl_busbw_factor(r.op, r.rank.nranks);
-  b.known = true;
-  return b;
-}
-
 class NcclView {
  public:
   explicit NcclView(const NcclOptions& o, uint64_t comm) : o_(o), comm_(comm) {}
@@ -63,15 +50,6 @@ class NcclView {
   bool wanted(const NcclRank& r) const {
     return (!o_.comm.size() || r.comm_id == comm_) && (o_.rank < 0 || r.rank == o_.rank);
   }
-  void json_rank(JsonLine& j, const NcclRank& r) {
-    where_.process(j, r.pid, r.process, r.cgroup_id);
-    j.str("comm_id", r.comm_id ? nccl_comm_id_str(r.comm_id) : "")
-        .num("rank", r.rank)
-        .num("nranks", r.nranks)
-        .num("device", r.device)
-        .hex("handle", r.handle);
-  }
-
   const NcclOptions& o_;
   uint64_t comm_;
   WhereView where_{o_.scope};
@@ -132,56 +110,36 @@ void NcclView::print(const NcclSnapshot& s) {
     for (auto& r : s.rows) {
       if (!wanted(r.rank)) continue;
       JsonLine j(out_.buf());
-      j.record("collective", now);
-      json_rank(j, r.rank);
-      const Bandwidth b = bandwidth(r);
-      j.str("op", nccl_op_name(r.op)).num("calls", r.calls).num("bytes", r.bytes).num("grouped", r.grouped);
-      j.num("call_ns", r.call_ns);
-      if (b.known)
-        j.real("algbw_gbps", b.alg, 3).real("busbw_gbps", b.bus, 3);
-      else
-        j.null("algbw_gbps").null("busbw_gbps");
-      j.begin_object("errors");
-      for (auto& [ret, n] : r.errors) j.num(nccl_result_name(ret), n);
-      j.end_object().boolean("finalized", r.rank.finalized).end();
+      put_nccl_head(j, where_, "collective", now, r.rank);
+      put_nccl_row(j, r);
+      j.end();
     }
     for (auto& st : s.stragglers) {
       if (!wanted(st.rank)) continue;
       JsonLine j(out_.buf());
-      j.record("straggler", now);
-      json_rank(j, st.rank);
-      j.num("matched", st.matched)
-          .num("lag_p50_ns", st.lag_p50_ns)
-          .num("lag_p95_ns", st.lag_p95_ns)
-          .num("lag_max_ns", st.lag_max_ns)
-          .num("last_arrivals", st.last_arrivals)
-          .boolean("slowest", st.slowest);
-      if (st.before_count)
-        j.num("before_ns", st.before_wall_ns / st.before_count)
-            .num("before_cpu_ns", st.before_cpu_ns / st.before_count);
-      else
-        j.null("before_ns").null("before_cpu_ns");
+      put_nccl_head(j, where_, "straggler", now, st.rank);
+      put_nccl_straggler(j, st);
       j.end();
     }
     for (auto& a : s.async_errors) {
       if (!wanted(a.rank)) continue;
       JsonLine j(out_.buf());
-      j.record("async_error", now);
-      json_rank(j, a.rank);
-      j.num("error", a.error).str("error_name", nccl_result_name(a.error)).end();
+      put_nccl_head(j, where_, "async_error", now, a.rank);
+      put_nccl_error(j, a.error);
+      j.end();
     }
     for (auto& c : s.comm_errors) {
       if (!wanted(c.rank)) continue;
       JsonLine j(out_.buf());
-      j.record("comm_error", now);
-      json_rank(j, c.rank);
-      j.str("op", nccl_op_name(c.op)).num("error", c.error).str("error_name", nccl_result_name(c.error)).end();
+      put_nccl_head(j, where_, "comm_error", now, c.rank);
+      j.str("op", nccl_op_name(c.op));
+      put_nccl_error(j, c.error);
+      j.end();
     }
     for (auto& r : s.ended) {
       if (!wanted(r)) continue;
       JsonLine j(out_.buf());
-      j.record("comm_end", now);
-      json_rank(j, r);
+      put_nccl_head(j, where_, "comm_end", now, r);
       j.end();
     }
   } else {
@@ -195,7 +153,7 @@ void NcclView::print(const NcclSnapshot& s) {
       if (!any) rows_.header(out_.buf());
       where_.of(r.rank.pid, r.rank.cgroup_id);  // kept for row(): the process may have gone
       any = true;
-      const Bandwidth b = bandwidth(r);
+      const NcclBandwidth b = nccl_bandwidth(r);
       rows_.row(out_.buf(),
                 where_.row({id_cell(r.rank.comm_id), rank_cell(r.rank.rank), rank_cell(r.rank.nranks),
                             std::to_string(r.rank.pid), nccl_op_name(r.op), std::to_string(r.calls),

@@ -309,6 +309,7 @@ void NcclCollector::on_call(const gs_nccl_call& e) {
     row.calls++;
     row.bytes += e.count * nccl_type_bytes(e.datatype);
     row.call_ns += e.call_ns;
+    row.call_buckets[bucket_of(e.call_ns)]++;
     if (e.group_depth > 0) row.grouped++;
     if (e.ret != 0) row.errors[e.ret]++;
     const RankState& rs = ranks_[key];
@@ -575,10 +576,12 @@ NcclSnapshot NcclCollector::take() {
     s.lag_p95_ns = percentile(l.lags, 0.95);
     s.lag_max_ns = l.lags.empty() ? 0 : l.lags.back();
     s.last_arrivals = l.last;
+    s.lag_sum_ns = l.total;
     s.before_wall_ns = l.before_wall_ns;
     s.before_cpu_ns = l.before_cpu_ns;
     s.before_count = l.before_count;
-    snap.stragglers.push_back(s);
+    s.lags_ns = std::move(l.lags);
+    snap.stragglers.push_back(std::move(s));
   }
   std::sort(snap.stragglers.begin(), snap.stragglers.end(), [](const NcclStraggler& a, const NcclStraggler& b) {
     return std::tuple(a.rank.comm_id, a.rank.rank, a.rank.pid) < std::tuple(b.rank.comm_id, b.rank.rank, b.rank.pid);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/event_loop.h"
+#include "core/histogram.h"
 #include "core/system.h"
 #include "core/uprobe_session.h"
 #include "nccl/nccl.h"
@@ -64,6 +65,7 @@ struct NcclOpRow {
   uint64_t calls = 0;
   uint64_t bytes = 0;                  // count x element size, summed
   uint64_t call_ns = 0;                // entry to return, summed
+  Buckets call_buckets{};              // entry to return, per call (log2 ns)
   uint64_t grouped = 0;                // calls made inside ncclGroupStart/End
   std::map<int32_t, uint64_t> errors;  // ncclResult_t other than ncclSuccess -> calls
 };
@@ -74,6 +76,8 @@ struct NcclStraggler {
   uint64_t matched = 0;                                     // collectives at which every rank on this host arrived
   uint64_t lag_p50_ns = 0, lag_p95_ns = 0, lag_max_ns = 0;  // behind the first arrival
   uint64_t last_arrivals = 0;                               // times it arrived last
+  uint64_t lag_sum_ns = 0;                                  // over the matched collectives
+  std::vector<uint64_t> lags_ns;                            // each matched collective's, ascending
   bool slowest = false;  // the rank that arrived last most often (ties: the larger total lag)
   // Before its late arrivals (those where it was last): the time since its previous collective
   // returned, and its thread's CPU time in that span, summed.

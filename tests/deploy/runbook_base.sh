@@ -10,7 +10,7 @@ base=https://git.example.com:8443/org/gpuscope/blob/v1.2_rc-3/docs
 "$src"/deploy/set-runbook-base.sh "$base/" "$d"/rules.yml "$d"/rules_test.yml || { echo "FAIL set-runbook-base.sh $base/"; fail=1; }
 python3 "$src"/tests/deploy/deploy_docs.py --base "$base" --rules-dir "$d" "$src" || fail=1
 n=$(grep -c "runbook_url: $base/deploy.md#" "$d"/rules.yml)
-[ "$n" = 13 ] && echo "ok 13 runbook_urls on $base" || { echo "FAIL $n of 13 runbook_urls on $base"; fail=1; }
+[ "$n" = 14 ] && echo "ok 14 runbook_urls on $base" || { echo "FAIL $n of 14 runbook_urls on $base"; fail=1; }
 (cd "$d" && promtool test rules rules_test.yml >/dev/null) && echo "ok unit tests on $base" ||
   { echo "FAIL promtool test rules on $base"; fail=1; }
 cp "$d"/rules.yml "$d"/before.yml

@@ -22,3 +22,6 @@ set_target_properties(nccl_life PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_R
   INTERPROCEDURAL_OPTIMIZATION OFF)
 add_dependencies(nccl_test nccl_life)
 target_compile_definitions(nccl_test PRIVATE NCCL_LIFE="$<TARGET_FILE:nccl_life>")
+# The agent's nccl collector against 4 stand-in ranks: its series, the late rank, series ending, /api/nccl.
+gstest_integration(nccl_agent_test 120 DEPS nccl_rank nccl_standin
+  DEFS NCCL_RANK="$<TARGET_FILE:nccl_rank>" NCCL_STANDIN_LIB_DIR="${NCCL_STANDIN_LIB_DIR}")
