@@ -313,6 +313,9 @@ void NcclCollector::on_call(const gs_nccl_call& e) {
     if (e.group_depth > 0) row.grouped++;
     if (e.ret != 0) row.errors[e.ret]++;
     const RankState& rs = ranks_[key];
+    if (cfg_.on_call)
+      cfg_.on_call({rs.info, e.tid, e.op, e.count * nccl_type_bytes(e.datatype), e.entry_mono_ns, e.call_ns,
+                    e.flags & GS_NCCL_SEQ_UNSEEN ? GS_NCCL_NO_SEQ : e.seq, e.peer, e.ret});
     if (GS_NCCL_IS_COLLECTIVE(e.op) && e.seq != GS_NCCL_NO_SEQ && rs.info.comm_id != 0 &&
         !(e.flags & GS_NCCL_SEQ_UNSEEN)) {
       Arrival a{key, e.entry_mono_ns, 0, 0, false};

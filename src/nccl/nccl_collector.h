@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -105,10 +106,23 @@ struct NcclSnapshot {
   std::vector<CommError> comm_errors;
 };
 
+// One call on a communicator as it returned (Config::on_call): the timeline's spans.
+struct NcclCall {
+  NcclRank rank;
+  uint32_t tid = 0;
+  uint32_t op = 0;  // enum gs_nccl_op
+  uint64_t bytes = 0;
+  uint64_t entry_mono_ns = 0, call_ns = 0;  // CLOCK_MONOTONIC
+  uint64_t seq = GS_NCCL_NO_SEQ;            // a collective's number on the communicator, where counted from its init
+  int peer = -1;                            // send/recv: the peer; rooted ones: the root
+  int32_t ret = 0;                          // ncclResult_t
+};
+
 class NcclCollector {
  public:
   struct Config {
     Scope scope;
+    std::function<void(const NcclCall&)> on_call;  // each call on a communicator, as it is read
   };
   struct Stats {
     uint64_t delivered = 0;
