@@ -39,8 +39,10 @@ target_compile_definitions(gputime_test PRIVATE
   CUPTI_FLOOR="$<TARGET_FILE:cupti_floor>"
   CUPTI_TOOLKIT_DIR="${CUDA_INCLUDE_DIR}/../lib64"
   NVML_STANDIN="$<TARGET_FILE:nvml_standin>"
-  TIMELINE_CHECKER="${CMAKE_CURRENT_LIST_DIR}/check_timeline.py")
+  TIMELINE_CHECKER="${CMAKE_CURRENT_LIST_DIR}/check_timeline.py"
+  NCCL_RANK="$<TARGET_FILE:nccl_rank>")
+# The timeline's GPU errors (the stand-in app's sticky error) and NCCL spans (the stand-in ranks).
 add_dependencies(gputime_test gpuscope gpuscope_cupti gputime_fixtures cupti_init_probe cuda_fixtures nvml_standin
-                 cupti_standin cupti_app cupti_floor)
+                 cupti_standin cupti_app cupti_floor standin_app nccl_rank nccl_standin)
 gtest_discover_tests(gputime_test PROPERTIES TIMEOUT 90 RUN_SERIAL TRUE)
 include(${PROJECT_SOURCE_DIR}/bench/gputime.cmake)

@@ -12,8 +12,10 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "bridge_fixture.h"
@@ -836,4 +838,179 @@ TEST(GpuTime, TwoAgentsTheLargerDutyWins) {
   narrow->signal(SIGINT);
   EXPECT_EQ(narrow->wait(30), 0) << narrow->err();
   unlink(log.c_str());
+}
+
+namespace {
+
+// A timeline's trace events of one category and process.
+std::vector<json> events_of(const json& doc, const std::string& cat, pid_t pid) {
+  std::vector<json> r;
+  for (auto& e : doc["traceEvents"])
+    if (e.value("cat", "") == cat && e["pid"] == pid) r.push_back(e);
+  return r;
+}
+
+// gpuscope timeline --json -c COMM, stopped by SIGINT once `until` has happened.
+json timeline_of(const std::string& comm, const std::vector<std::string>& extra, const std::function<void()>& until,
+                 json* summary) {
+  std::string out = tmp_file(comm + ".json");
+  PinDir no_bridge;
+  std::vector<std::string> argv{gpuscope_bin(), "timeline", "--json",    "-c",          comm,
+                                "-o",           out,        "--pin-dir", no_bridge.path};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Process g(argv);
+  EXPECT_TRUE(g.wait_for("recording a timeline", 30, true)) << g.err();
+  until();
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  auto lines = parse_lines(g.out());
+  if (!lines.empty()) *summary = lines.back();
+  json doc = json::parse(slurp(out));
+  unlink(out.c_str());
+  return doc;
+}
+
+}  // namespace
+
+// The stand-in driver's sticky error after named kernels, and a kernel-log Xid naming its pid: an
+// instant on the failing thread, an instant on the process's track, joined both ways (issue 44).
+TEST(GpuTime, TimelineMarksStickyErrorAndXid) {
+  Workload w("tlerr", "gst");
+  const std::string kmsg = tmp_file("kmsg");
+  std::ofstream(kmsg).flush();
+  const std::string lib = standin_lib_dir();
+  pid_t pid = 0;
+  json summary;
+  json doc = timeline_of(
+      w.comm(), {"--kmsg", kmsg, "--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13"},
+      [&] {
+        Process app({w.path(), "sticky", "3000"}, {"GPUSCOPE_STANDIN_STICKY_AFTER=4"});
+        pid = ready_pid(app);
+        EXPECT_TRUE(app.wait_for("sync rc=700")) << app.out() << app.err();
+        std::ofstream(kmsg, std::ios::app) << "3,77001,9000000000,-;NVRM: Xid (PCI:0000:3b:00): 31, pid=" << pid
+                                           << ", name=" << w.comm() << ", Ch 00000008, intr 10000000.\n";
+        EXPECT_EQ(app.wait(30), 0) << app.err();
+      },
+      &summary);
+  unlink(kmsg.c_str());
+  EXPECT_EQ(summary["errors"], 2) << summary.dump();
+  EXPECT_EQ(doc["metadata"]["error_count"], 2);
+
+  auto sticky = events_of(doc, "cuda_error", pid);
+  auto xid = events_of(doc, "gpu_error", pid);
+  ASSERT_EQ(sticky.size(), 1u) << doc["metadata"].dump();
+  ASSERT_EQ(xid.size(), 1u) << doc["metadata"].dump();
+  const json& s = sticky[0];
+  const json& x = xid[0];
+  EXPECT_EQ(s["ph"], "i");
+  EXPECT_EQ(s["s"], "t");
+  EXPECT_EQ(s["tid"], pid);
+  EXPECT_EQ(s["name"], "CUDA_ERROR_ILLEGAL_ADDRESS at cuCtxSynchronize");
+  EXPECT_EQ(s["args"]["code"], 700);
+  EXPECT_EQ(s["args"]["code_name"], "CUDA_ERROR_ILLEGAL_ADDRESS");
+  EXPECT_EQ(s["args"]["api"], "cuCtxSynchronize");
+  EXPECT_EQ(s["args"]["layer"], "driver");
+  EXPECT_EQ(s["args"]["kernels_since_sync"], json::array({"kern_faulting", "kern_second"}));
+  EXPECT_EQ(s["args"]["kernels_truncated"], false);
+  EXPECT_EQ(s["args"]["xid"], 31);
+  EXPECT_EQ(s["args"]["joined_error_id"], x["args"]["error_id"]);
+
+  EXPECT_EQ(x["ph"], "i");
+  EXPECT_EQ(x["s"], "p");
+  EXPECT_EQ(x["tid"], pid);
+  EXPECT_EQ(x["name"], "Xid 31");
+  EXPECT_EQ(x["args"]["xid"], 31);
+  EXPECT_EQ(x["args"]["meaning"], "GPU memory page fault: the MMU refused an access, usually an application bug");
+  EXPECT_EQ(x["args"]["class"], "application");
+  EXPECT_EQ(x["args"]["action"], "restart_app");
+  EXPECT_EQ(x["args"]["device"], -1);
+  EXPECT_EQ(x["args"]["uuid"], "");
+  EXPECT_EQ(x["args"]["pci_bus_id"], "0000:3b:00.0");
+  EXPECT_EQ(x["args"]["source"], "kmsg");
+  EXPECT_EQ(x["args"]["joined_error_id"], s["args"]["error_id"]);
+  // The Xid came after the error, both inside the recording.
+  EXPECT_GE(x["ts"].get<double>(), s["ts"].get<double>());
+  bool named = false;
+  for (auto& e : doc["traceEvents"])
+    named = named || (e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid &&
+                      e["args"]["name"] == w.comm() + " " + std::to_string(pid));
+  EXPECT_TRUE(named);
+}
+
+// Two stand-in NCCL ranks of one communicator: each rank's calls as spans on its thread, counted
+// exactly per op, with their bytes, communicator, rank and sequence numbers (issue 43).
+TEST(GpuTime, TimelineNcclSpansPerRank) {
+  const std::string id = tmp_file("nccl-id");
+  unlink(id.c_str());
+  const int iters = 5;
+  auto rank = [&](int r) {
+    return std::make_unique<Process>(std::vector<std::string>{NCCL_RANK, "--ranks", "2", "--rank", std::to_string(r),
+                                                              "--id-file", id, "--iters", std::to_string(iters)});
+  };
+  std::unique_ptr<Process> r1 = rank(1), r0;  // rank 1 waits for rank 0's id, mapped before the timeline starts
+  ASSERT_EQ(ready_pid(*r1), r1->pid());
+  json summary;
+  // Other tests' ranks share the name: only these two are checked.
+  json doc = timeline_of(
+      "nccl_rank", {},
+      [&] {
+        r0 = rank(0);
+        EXPECT_EQ(r0->wait(30), 0) << r0->err();
+        EXPECT_EQ(r1->wait(30), 0) << r1->err();
+      },
+      &summary);
+  unlink(id.c_str());
+  EXPECT_EQ(doc["metadata"]["nccl_span_count"], summary["nccl_spans"]);
+
+  const std::map<std::string, uint64_t> bytes{{"ncclAllReduce", 4096}, {"ncclBroadcast", 4096},
+                                              {"ncclAllGather", 2048}, {"ncclReduceScatter", 2048},
+                                              {"ncclSend", 4096},      {"ncclRecv", 4096}};
+  std::set<std::string> comm_ids;
+  for (int r = 0; r < 2; r++) {
+    const pid_t pid = (r ? r1 : r0)->pid();
+    std::map<std::string, uint64_t> calls;
+    std::set<uint64_t> seqs;
+    for (auto& e : events_of(doc, "nccl", pid)) {
+      const std::string op = e["name"];
+      calls[op]++;
+      EXPECT_EQ(e["ph"], "X");
+      EXPECT_EQ(e["tid"], pid);
+      EXPECT_GT(e["dur"].get<double>(), 0);
+      EXPECT_EQ(e["args"]["bytes"], bytes.count(op) ? bytes.at(op) : 0) << e.dump();
+      EXPECT_EQ(e["args"]["rank"], r);
+      EXPECT_EQ(e["args"]["nranks"], 2);
+      EXPECT_FALSE(e["args"].contains("error")) << e.dump();
+      comm_ids.insert(e["args"]["comm_id"].get<std::string>());
+      if (op == "ncclSend" || op == "ncclRecv") {
+        EXPECT_TRUE(e["args"]["seq"].is_null()) << e.dump();
+        EXPECT_EQ(e["args"]["peer"], 1 - r);
+      } else {
+        seqs.insert(e["args"]["seq"].get<uint64_t>());
+      }
+    }
+    std::map<std::string, uint64_t> want;
+    for (auto& [op, _] : bytes) want[op] = iters;
+    EXPECT_EQ(calls, want) << "rank " << r;
+    EXPECT_EQ(seqs.size(), 4u * iters);
+    EXPECT_EQ(*seqs.rbegin(), 4u * iters - 1);
+  }
+  ASSERT_EQ(comm_ids.size(), 1u);
+  EXPECT_EQ(comm_ids.begin()->size(), 16u);
+  EXPECT_NE(*comm_ids.begin(), "0000000000000000");
+}
+
+// A kernel log it cannot read is said once; the trace is still written.
+TEST(GpuTime, TimelineUnreadableKmsgSaidOnce) {
+  std::string out = tmp_file("nokmsg.json");
+  PinDir no_bridge;
+  auto r = run({gpuscope_bin(), "timeline", "-d", "1", "-c", "gs-no-such", "-o", out, "--pin-dir", no_bridge.path,
+                "--kmsg", "/nonexistent/kmsg"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string said =
+      "gpuscope: cannot read /nonexistent/kmsg: No such file or directory: no Xids in the timeline; sticky CUDA "
+      "errors are still marked\n";
+  EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(said), r.err.rfind(said)) << r.err;
+  EXPECT_EQ(json::parse(slurp(out))["metadata"]["error_count"], 0);
+  unlink(out.c_str());
 }
