@@ -888,13 +888,15 @@ TEST(GpuTime, TimelineMarksStickyErrorAndXid) {
         pid = ready_pid(app);
         EXPECT_TRUE(app.wait_for("sync rc=700")) << app.out() << app.err();
         std::ofstream(kmsg, std::ios::app) << "3,77001,9000000000,-;NVRM: Xid (PCI:0000:3b:00): 31, pid=" << pid
-                                           << ", name=" << w.comm() << ", Ch 00000008, intr 10000000.\n";
+                                           << ", name=" << w.comm() << ", Ch 00000008, intr 10000000.\n"
+                                           << "6,77002,9000000100,-;NVRM: Xid (PCI:0000:2b:00): 79, pid='<unknown>', "
+                                              "name=<unknown>, GPU has fallen off the bus.\n";
         EXPECT_EQ(app.wait(30), 0) << app.err();
       },
       &summary);
   unlink(kmsg.c_str());
-  EXPECT_EQ(summary["errors"], 2) << summary.dump();
-  EXPECT_EQ(doc["metadata"]["error_count"], 2);
+  EXPECT_EQ(summary["errors"], 3) << summary.dump();
+  EXPECT_EQ(doc["metadata"]["error_count"], 3);
 
   auto sticky = events_of(doc, "cuda_error", pid);
   auto xid = events_of(doc, "gpu_error", pid);
@@ -935,6 +937,25 @@ TEST(GpuTime, TimelineMarksStickyErrorAndXid) {
     named = named || (e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid &&
                       e["args"]["name"] == w.comm() + " " + std::to_string(pid));
   EXPECT_TRUE(named);
+
+  // An Xid of no process: on its GPU's track.
+  constexpr pid_t kGpuErrorsPid = (1u << 31) - 2;
+  auto gpu = events_of(doc, "gpu_error", kGpuErrorsPid);
+  ASSERT_EQ(gpu.size(), 1u);
+  EXPECT_EQ(gpu[0]["name"], "Xid 79");
+  EXPECT_EQ(gpu[0]["s"], "t");
+  EXPECT_EQ(gpu[0]["args"]["xid"], 79);
+  EXPECT_EQ(gpu[0]["args"]["class"], "hardware");
+  EXPECT_EQ(gpu[0]["args"]["action"], "drain_node");
+  EXPECT_EQ(gpu[0]["args"]["pci_bus_id"], "0000:2b:00.0");
+  EXPECT_EQ(gpu[0]["args"]["message"], "GPU has fallen off the bus.");
+  EXPECT_TRUE(gpu[0]["args"]["joined_error_id"].is_null());
+  std::map<std::string, std::string> names;  // "pid tid" -> its name
+  for (auto& e : doc["traceEvents"])
+    if (e["ph"] == "M" && e["pid"] == kGpuErrorsPid)
+      names[e["name"].get<std::string>() + " " + e.value("tid", json(0)).dump()] = e["args"]["name"];
+  EXPECT_EQ(names["process_name 0"], "GPU errors (no process)");
+  EXPECT_EQ(names["thread_name " + gpu[0]["tid"].dump()], "GPU 0000:2b:00.0");
 }
 
 // Two stand-in NCCL ranks of one communicator: each rank's calls as spans on its thread, counted
