@@ -278,7 +278,7 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
     Table t = where.table({{"PID", 7}, {"COMM", -16}, {"LAUNCHES", 14}, {"SAMPLES", 8}, {"SITE", -40}, {"KERNEL", 0}},
                           kWhereAt);
     fmt::format_to(std::back_inserter(out.buf()),
-                   "\nlaunch sites: every {}th launch per process and each kernel's first sampled; launches "
+                   "\nlaunch sites: 1 in {} launches per process sampled, and each kernel's first; launches "
                    "marked est. are the counted ones split in the sampled proportions\n",
                    o.stack_every);
     t.header(out.buf());

@@ -152,7 +152,7 @@ TEST(KernelsStacks, Table) {
   g.signal(SIGINT);
   ASSERT_EQ(g.wait(30), 0) << g.err();
   std::string out = g.out();
-  auto at = out.find("\nlaunch sites: every 1th launch per process");
+  auto at = out.find("\nlaunch sites: 1 in 1 launches per process sampled");
   ASSERT_NE(at, std::string::npos) << out;
   std::istringstream in(out.substr(at + 1));
   std::string line;
