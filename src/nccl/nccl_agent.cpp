@@ -108,8 +108,10 @@ class NcclAgent final : public AgentCollector {
                              names + " (an older NCCL): the rest is probed");
     }
     add(collector_->take());
-    for (pid_t pid : collector_->nccl_pids())
-      if (process_running(pid)) host_->procs.live(static_cast<uint32_t>(pid), proc_comm(pid)).seen = true;
+    for (pid_t pid : collector_->nccl_pids()) {
+      const auto p = static_cast<uint32_t>(pid);
+      if (process_running(pid)) host_->procs.live(p, host_->procs.running(p) ? "" : proc_comm(pid)).seen = true;
+    }
   }
 
   void settle(const RefreshSeq& r) override {
