@@ -256,7 +256,8 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
       j.str("site", s->site).begin_array("stack");
       for (auto& f : s->stack) j.str(f);
       j.end_array().str("kernel", s->kernel).str("module", s->module);
-      j.num("launches", s->launches).num("samples", s->samples).boolean("estimated", s->estimated).end();
+      j.num("launches", s->launches).num("samples", s->samples).boolean("estimated", s->estimated);
+      j.boolean("cut_short", s->cut_short).end();
     }
   } else {
     // One row per (process, site, kernel): the stacks that end at one site are summed.
@@ -289,6 +290,13 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
                                  kWhereAt, static_cast<pid_t>(r.first->pid)));
   }
   out.flush();
+  uint64_t cut = 0, all = 0;
+  for (auto& s : sites) all += s.samples, cut += s.cut_short ? s.samples : 0;
+  if (cut)
+    fprintf(stderr,
+            "gpuscope: %llu of %llu sampled stacks end before their thread's start (code without frame pointers): "
+            "their outer native frames are missing\n",
+            (unsigned long long)cut, (unsigned long long)all);
   if (o.folded.empty() && o.svg.empty()) return;
   // Root first: the process, its frames from the outermost in, the kernel.
   Folded folded;

@@ -639,16 +639,19 @@ const KernelsCollector::Frames& KernelsCollector::frames_of(const gs_k_sample_ke
     ips.push_back(k.caller);  // no stack kept: the caller still says where
   }
   std::vector<std::string> native;
-  std::string site;
+  std::string site, outermost;
   for (size_t i = 0; i < ips.size(); i++) {
     std::string name = syms_.user(pid, ips[i], i > 0);
     std::string module = syms_.module_of(pid, i > 0 ? ips[i] - 1 : ips[i]);
     // A bare address is in no mapping: no frame to name a site by.
     if (site.empty() && module != "?" && !std::regex_search(module, site_skip_)) site = name;
     native.push_back(std::move(name));
+    outermost = std::move(module);
   }
   Frames f;
   f.stack = native;
+  // Every thread starts in the C library (__libc_start_main, clone) or the loader (_start).
+  f.cut_short = !outermost.starts_with("libc.so") && !outermost.starts_with("libc-") && !outermost.starts_with("ld-");
   if (py_ && k.py_hash) {
     auto py = py_->frames(pid, k.py_hash);
     f.stack = py_merge(native, py);
@@ -713,6 +716,7 @@ std::vector<LaunchSite> KernelsCollector::sites_of(const std::map<Key, uint64_t>
       s.launches += parts[i].first;
       s.samples += samples[i].second;
       s.estimated = s.estimated || total != launches;
+      s.cut_short = f.cut_short;
     }
   }
   std::vector<LaunchSite> v;

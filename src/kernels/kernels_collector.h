@@ -65,6 +65,9 @@ struct LaunchSite {
   uint64_t launches = 0;           // the kernel's counted launches split in its sampled stacks' proportions
   uint64_t samples = 0;            // sampled launches from this stack
   bool estimated = false;          // some launch of the kernel was not sampled: launches is a split, not a count
+  // The native walk ended before the thread's start (outside the C library or the loader): code
+  // without frame pointers, or deeper than GS_K_STACK_DEPTH. Its outer native frames are missing.
+  bool cut_short = false;
 };
 
 // The frames a launch site skips unless --site-skip replaces the rule: matched against a Python
@@ -214,6 +217,7 @@ class KernelsCollector {
   struct Frames {
     std::vector<std::string> stack;
     std::string site;
+    bool cut_short = false;
   };
   void watch_stacks(pid_t pid);  // its maps and interpreter read while it lives
   const Frames& frames_of(const gs_k_sample_key& k);
