@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cmd/agent/registry.h"
 #include "common/loadable.h"
 #include "core/bpf.h"
 #include "core/clock.h"
@@ -335,6 +336,8 @@ const std::vector<Need>& needs() {
       {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
       {"timeline", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
       {"frames", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
+      {"errors", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
+      {"nccl", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
       {"run", {}, {}},  // starts a command: needs nothing of the host
   };
   return n;
@@ -368,12 +371,14 @@ Sub verdict(const Doctor& d, const Need& n) {
   return {n.name, "partial", fmt::format("{}", fmt::join(lacking, "; "))};
 }
 
-// The agent's collectors (cmd/agent/registry.h, in its order), each with the
-// subcommand whose BPF programs, and so whose needs, it shares.
+// The agent's collectors, from its registry (in its order), each with the subcommand whose BPF
+// programs, and so whose needs, it shares.
 const std::vector<std::pair<std::string, std::string>>& agent_collectors() {
-  static const std::vector<std::pair<std::string, std::string>> c = {
-      {"kernels", "kernels"}, {"memleak", "memleak"}, {"latency", "latency"},       {"ioctl", "ioctl"},
-      {"gputime", "kernels"}, {"bridge", "bridge"},   {"starvation", "starvation"}, {"graphics", "frames"}};
+  static const std::vector<std::pair<std::string, std::string>> c = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (auto& a : make_agent_collectors()) v.emplace_back(a->name(), a->subcommand());
+    return v;
+  }();
   return c;
 }
 
@@ -397,8 +402,8 @@ Sub agent_verdict(const std::vector<Sub>& subs, bool priv) {
 
 std::vector<Sub> judge(const Doctor& d) {
   // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace",   "bridge",     "latency",  "ioctl", "uvm",    "kernels",
-                                              "memleak", "starvation", "timeline", "run",   "frames", "agent"};
+  static const std::set<std::string> built = {"trace",  "bridge", "latency",    "ioctl",    "uvm", "kernels", "memleak",
+                                              "errors", "nccl",   "starvation", "timeline", "run", "frames",  "agent"};
   std::vector<Sub> out;
   for (auto& n : needs())
     if (built.count(n.name)) out.push_back(verdict(d, n));

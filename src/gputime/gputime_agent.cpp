@@ -55,6 +55,7 @@ void parse_duty(const std::string& v, uint32_t& on_ms, uint32_t& period_ms) {
 class GpuTimeAgent final : public AgentCollector, public GpuTimeByProcess {
  public:
   std::string_view name() const override { return "gputime"; }
+  std::string_view subcommand() const override { return "kernels"; }
 
   void add_flags(CLI::App* cmd) override {
     cmd->add_option_function<std::string>(

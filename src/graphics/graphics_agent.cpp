@@ -48,6 +48,7 @@ struct GraphicsOfProcess {
 class GraphicsAgent final : public AgentCollector {
  public:
   std::string_view name() const override { return "graphics"; }
+  std::string_view subcommand() const override { return "frames"; }
   bool uses_session() const override { return true; }
 
   void load(AgentHost& host) override {

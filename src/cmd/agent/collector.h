@@ -111,6 +111,8 @@ class AgentCollector {
  public:
   virtual ~AgentCollector() = default;
   virtual std::string_view name() const = 0;
+  // The subcommand whose BPF programs, and so whose host needs, it shares (gpuscope doctor).
+  virtual std::string_view subcommand() const { return name(); }
   // Its flags, on the agent's subcommand, before parsing.
   virtual void add_flags(CLI::App*) {}
   // Bad input (a flag's value, a library named): throws UsageError before anything loads.
