@@ -616,9 +616,10 @@ const char* const kDefaultSiteSkip =
     "_ctypes|libffi|libc\\.so|libstdc\\+\\+|libgcc_s|libm\\.so|ld-linux)";
 
 void KernelsCollector::watch_stacks(pid_t pid) {
-  if (!stack_watched_.insert(static_cast<uint32_t>(pid)).second) return;
-  syms_.snapshot(pid);
-  if (py_) py_->track(pid);
+  if (stack_watched_.insert(static_cast<uint32_t>(pid)).second) syms_.snapshot(pid);
+  // Asked again at each naming call: a launcher (pyenv's shim, env) may have exec'd the
+  // interpreter since the pid was first seen (track() reads only its exe link then).
+  if (py_ && !py_->tracking(pid)) py_->track(pid);
 }
 
 // A sampled stack, symbolized once: the probed entry point, the caller the walk from it skips,
