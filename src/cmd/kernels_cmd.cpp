@@ -39,6 +39,8 @@ struct KernelsOptions {
   // one in 64 launches (docs/kernels.md says so).
   uint32_t stack_every = 64;
   std::string folded, svg, site_skip;
+  // The --stacks flags given without it (CLI11's needs() would print itself into the labels).
+  std::vector<CLI::Option*> stack_flags;
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
@@ -337,6 +339,8 @@ void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollec
 }
 
 int run_kernels(const KernelsOptions& o) {
+  for (auto* f : o.stack_flags)
+    if (!o.stacks && f->count()) throw UsageError(flag_name(f->get_name(false, true)) + " needs --stacks");
   if (!o.site_skip.empty()) try {
       std::regex check(o.site_skip);
     } catch (const std::regex_error& e) {
@@ -416,24 +420,22 @@ void register_kernels(CLI::App& app) {
   cmd->add_option("--cupti-lib", o->cupti_libs,
                   "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
-  auto* stacks = cmd->add_flag("--stacks", o->stacks,
-                               "Record the user stack (native and CPython frames) of sampled launches; at the end, "
-                               "the launch sites");
-  add_number(cmd, "--stack-every", o->stack_every,
-             "With --stacks: sample every Nth launch per process, and each kernel's first (default 64; 1: every "
-             "launch, exact counts)",
-             "launches", 1, 1000000000)
-      ->needs(stacks);
-  cmd->add_option("--folded", o->folded,
-                  "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)")
-      ->needs(stacks);
-  cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG")->needs(stacks);
-  cmd->add_option("--site-skip", o->site_skip,
-                  "With --stacks: a launch site is the innermost frame whose file (Python) or library (native) this "
-                  "regular expression does not match (default: torch, site-packages, the standard library, the CUDA "
-                  "and framework libraries)")
-      ->type_name("REGEX")
-      ->needs(stacks);
+  cmd->add_flag("--stacks", o->stacks,
+                "Record the user stack (native and CPython frames) of sampled launches; at the end, the launch "
+                "sites");
+  o->stack_flags = {
+      add_number(cmd, "--stack-every", o->stack_every,
+                 "With --stacks: sample every Nth launch per process, and each kernel's first (default 64; 1: every "
+                 "launch, exact counts)",
+                 "launches", 1, 1000000000),
+      cmd->add_option("--folded", o->folded,
+                      "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)"),
+      cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG"),
+      cmd->add_option("--site-skip", o->site_skip,
+                      "With --stacks: a launch site is the innermost frame whose file (Python) or library (native) "
+                      "this regular expression does not match (default: torch, site-packages, the standard library, "
+                      "the CUDA and framework libraries)")
+          ->type_name("REGEX")};
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"

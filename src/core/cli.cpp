@@ -320,7 +320,7 @@ void label_values(CLI::App& app) {
       if (opt->get_type_name() != "TEXT") continue;
       std::string n = opt->get_name();
       if (n == "-o" || n == "--output" || n == "--nvml" || n == "--folded" || n == "--svg" || n.ends_with("-dir") ||
-          n.ends_with("lib") || n.ends_with("-root"))
+          n.ends_with("lib") || n.ends_with("-root") || n == "--kmsg" || n.ends_with("-state"))
         opt->type_name("PATH");
       else if (opt->get_delimiter() == ',')
         opt->type_name("LIST");

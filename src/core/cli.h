@@ -66,7 +66,8 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
 // "--pid needs a value (a process id)": an option given without its value, by its label.
 std::string needs_value(const std::string& flag, const std::string& label);
 // Labels the value options of every subcommand still labelled TEXT: PATH where the name says
-// they take a path (-o, --output, --nvml, --folded, --svg, --...-dir, --...lib, --...-root), LIST
+// they take a path (-o, --output, --nvml, --folded, --svg, --kmsg, --...-dir, --...lib, --...-root,
+// --...-state), LIST
 // where they split at commas.
 void label_values(CLI::App& app);
 

@@ -49,16 +49,17 @@ class ErrorsAgent final : public AgentCollector {
       host.log("errors",
                collector_->kmsg_error() + ": no Xids from the kernel log; sticky CUDA errors are still counted");
     host.services.provide<ErrorsCollector>(collector_.get(), this);
-    try {
-      nvml_ = std::make_unique<ErrorsNvml>(host.options.nvml, *collector_, host.options.common.verbose);
-    } catch (const UsageError& e) {
-      host.log("errors", std::string(e.what()) + ": no NVML events, Xids from the kernel log only");
-    }
   }
 
   void start(AgentHost& host, EventLoop& loop) override {
     collector_->start(*host.session);
     collector_->watch(loop);
+    // Once the session started: a bad --lib is then the one line the agent says.
+    try {
+      nvml_ = std::make_unique<ErrorsNvml>(host.options.nvml, *collector_, host.options.common.verbose);
+    } catch (const UsageError& e) {
+      host.log("errors", std::string(e.what()) + ": no NVML events, Xids from the kernel log only");
+    }
   }
 
   void take() override {

@@ -160,18 +160,19 @@ int run_errors(const ErrorsOptions& o) {
   if (!errors.kmsg_error().empty())
     fprintf(stderr, "gpuscope: %s: no Xids from the kernel log; sticky CUDA errors are still watched\n",
             errors.kmsg_error().c_str());
-  // NVML's Xid and other critical events beside the kernel log's; a host without NVML has the
-  // kernel log only, but an --nvml named and unusable is bad input.
+  // NVML's Xid and other critical events beside the kernel log's. An --nvml named that cannot load
+  // is bad input, refused before anything attaches; without one, a host without NVML has the
+  // kernel log only, said once the probes are in place (a bad --lib is then the one line).
   std::unique_ptr<ErrorsNvml> nvml;
-  try {
-    nvml = std::make_unique<ErrorsNvml>(o.nvml.empty() ? "libnvidia-ml.so.1" : o.nvml, errors, o.common.verbose);
-  } catch (const UsageError& e) {
-    if (!o.nvml.empty()) throw;
-    fprintf(stderr, "gpuscope: %s: no NVML events, Xids from the kernel log only\n", e.what());
-  }
+  if (!o.nvml.empty()) nvml = std::make_unique<ErrorsNvml>(o.nvml, errors, o.common.verbose);
   ErrorsView view(o);
   session.start();
   errors.start(session);
+  if (!nvml) try {
+      nvml = std::make_unique<ErrorsNvml>("libnvidia-ml.so.1", errors, o.common.verbose);
+    } catch (const UsageError& e) {
+      fprintf(stderr, "gpuscope: %s: no NVML events, Xids from the kernel log only\n", e.what());
+    }
   EventLoop loop(o.common.duration_s);
   errors.watch(loop);
   session.watch(loop, false);

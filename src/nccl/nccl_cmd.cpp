@@ -267,7 +267,8 @@ void register_nccl(CLI::App& app) {
   auto [cmd, o] = new_command<NcclOptions>(
       app, "nccl", "NCCL collectives per communicator, rank and op, and the rank the others wait for", run_nccl, false);
   add_number(cmd, "--interval", o->interval_s, "Print every SECONDS (default 1)", "seconds", 0.01, 86400);
-  cmd->add_option("--communicator", o->comm, "Only this communicator (its id as shown: 16 hex digits)");
+  cmd->add_option("--communicator", o->comm, "Only this communicator (its id as shown: 16 hex digits)")
+      ->type_name("ID");
   add_number(cmd, "--rank", o->rank, "Only this rank", "rank", 0, 1 << 24);
   cmd->add_option("--nccl-lib", o->nccl_lib,
                   "Probe this libnccl.so.2 too, before any process maps it (copies processes map are found)");

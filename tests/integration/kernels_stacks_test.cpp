@@ -217,4 +217,6 @@ TEST(KernelsStacks, BadInput) {
                                         {"--stacks", "--svg", "/proc/x.svg"},
                                         {"--stacks", "--site-skip", "("}})
     expect_usage_error("kernels", args);
+  auto r = expect_usage_error("kernels", {"--svg", "/tmp/x.svg"});
+  EXPECT_NE(r.err.find("--svg needs --stacks"), std::string::npos) << r.err;
 }

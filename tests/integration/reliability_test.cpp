@@ -647,9 +647,11 @@ std::vector<std::string> value_options(const std::string& sub) {
 
 // Options whose value is text, not a number.
 const std::set<std::string> kTextOptions = {
-    "--comm",     "--lib",          "--api",       "--layer",       "--pin-dir",   "--folded",      "--svg",
-    "--nvml",     "--cupti-lib",    "--output",    "--count-layer", "--listen",    "--collectors",  "--bridge-pin-dir",
-    "--pods-dir", "--latency-apis", "--container", "--pod",         "--namespace", "--runtime-root"};
+    "--comm",         "--lib",       "--api",        "--layer",          "--pin-dir",
+    "--folded",       "--svg",       "--nvml",       "--cupti-lib",      "--output",
+    "--count-layer",  "--listen",    "--collectors", "--bridge-pin-dir", "--pods-dir",
+    "--latency-apis", "--container", "--pod",        "--namespace",      "--runtime-root",
+    "--site-skip",    "--kmsg",      "--kmsg-state", "--communicator",   "--nccl-lib"};
 
 }  // namespace
 
