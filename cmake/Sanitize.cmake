@@ -26,8 +26,10 @@ function(gpuscope_sanitize_targets dir)
     if(srcdir MATCHES "^${PROJECT_SOURCE_DIR}/bench(/|$)" OR sources MATCHES "/bench/")
       set_target_properties(${t} PROPERTIES EXCLUDE_FROM_ALL TRUE)
     endif()
-    # libgpuscope-cupti.so is injected into the traced (uninstrumented) programs, as fixtures are.
-    if(t STREQUAL "gpuscope_cupti")
+    # libgpuscope-cupti.so is injected into the traced (uninstrumented) programs, as fixtures are;
+    # a fixture defined outside tests/fixtures says so with the GPUSCOPE_FIXTURE property.
+    get_target_property(fixture ${t} GPUSCOPE_FIXTURE)
+    if(t STREQUAL "gpuscope_cupti" OR fixture)
       continue()
     endif()
     if(type MATCHES "^(EXECUTABLE|SHARED_LIBRARY|MODULE_LIBRARY)$")

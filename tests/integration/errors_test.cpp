@@ -71,6 +71,11 @@ std::vector<json> of_type(const std::vector<json>& lines, const std::string& typ
   return r;
 }
 
+// How long the stand-in app lives on after its error: its kernels' module is read from its maps,
+// which must still be there when gpuscope reads them (a sanitized gpuscope reads them later than
+// an exit right after the fault).
+constexpr long kLingerMs = 1000;
+
 // The stand-in app through the workload's link: named driver kernels, a good sync, two more
 // kernels, and a sync that returns CUDA_ERROR_ILLEGAL_ADDRESS (the 4th launch faults).
 struct StickyApp {
@@ -210,7 +215,7 @@ TEST(Errors, StickyErrorNamesProcessContainerAndKernelsSinceSync) {
   TempFile log("sticky");
   Errors g({"-c", w.comm(), "--kmsg", log.path, "--window", "0.3"});
   uint64_t t0 = realtime_now();
-  StickyApp app(w, 0);
+  StickyApp app(w, kLingerMs);
   EXPECT_EQ(app.p.wait(30), 0) << app.p.err();
   uint64_t t1 = realtime_now();
   EXPECT_TRUE(g.wait_for("\"cuda_error\""));
@@ -270,7 +275,7 @@ TEST(Errors, BadInputRefusedAndUnreadableKmsgSaidOnce) {
   const std::string missing = "/nonexistent-gs/kmsg";
   Errors g({"-c", w.comm(), "--kmsg", missing, "--window", "0"});
   uint64_t t0 = realtime_now();
-  StickyApp app(w, 0);
+  StickyApp app(w, kLingerMs);
   EXPECT_EQ(app.p.wait(30), 0) << app.p.err();
   uint64_t t1 = realtime_now();
   EXPECT_TRUE(g.wait_for("\"cuda_error\""));
@@ -399,7 +404,7 @@ TEST(Errors, LaterStickyErrorsCountedPerCallAndCode) {
   ASSERT_TRUE(c.sticky_probed());
   session.start();
   c.start(session);
-  StickyApp app(w, 0);
+  StickyApp app(w, kLingerMs);
   EXPECT_EQ(app.p.wait(30), 0);
   std::vector<gpuscope::StickyCount> counts;
   for (int i = 0; i < 50 && counts.size() < 2; i++) {

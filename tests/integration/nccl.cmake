@@ -11,7 +11,7 @@ add_library(nccl_old SHARED ${CMAKE_CURRENT_SOURCE_DIR}/integration/nccl_old.c)
 target_include_directories(nccl_old PRIVATE $<TARGET_PROPERTY:nccl_standin,INCLUDE_DIRECTORIES>)
 target_compile_options(nccl_old PRIVATE -O0 -fno-omit-frame-pointer -Wno-unused-parameter)
 set_target_properties(nccl_old PROPERTIES OUTPUT_NAME nccl PREFIX lib SUFFIX .so.2
-  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/nccl_old INTERPROCEDURAL_OPTIMIZATION OFF)
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/nccl_old INTERPROCEDURAL_OPTIMIZATION OFF GPUSCOPE_FIXTURE TRUE)
 add_dependencies(nccl_test nccl_old)
 target_compile_definitions(nccl_test PRIVATE NCCL_OLD_LIB_DIR="${CMAKE_CURRENT_BINARY_DIR}/nccl_old")
 # One process through ncclCommInitAll, ncclCommShrink, ncclCommInitRankScalable and ...Config.
