@@ -211,8 +211,8 @@ TEST(NcclAgent, SeriesPerRankAndOpAndTheLateRank) {
            where(samples(t, "gpuscope_nccl_arrival_lag_seconds_count"), {{"comm_id", id}}).empty();
   });
   EXPECT_NE(gone, "");
-  const json api = a.api("/api/nccl");  // held: a range-for over a temporary's member dangles
-  for (auto& j : api["records"]) EXPECT_NE(j["comm_id"], id) << j.dump();
+  const json last = a.api("/api/nccl");  // held: a range-for over a temporary's member dangles
+  for (auto& j : last["records"]) EXPECT_NE(j["comm_id"], id) << j.dump();
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
@@ -246,8 +246,8 @@ TEST(NcclAgent, ARankThatExitsEarlyHasItsSeriesEnd) {
            where(samples(t, "gpuscope_nccl_last_arrivals_total"), {{"comm", w.comm()}}).empty();
   });
   EXPECT_NE(after, "");
-  const json api = a.api("/api/nccl");
-  for (auto& j : api["records"]) EXPECT_NE(j["comm"], w.comm()) << j.dump();
+  const json last = a.api("/api/nccl");
+  for (auto& j : last["records"]) EXPECT_NE(j["comm"], w.comm()) << j.dump();
   EXPECT_EQ(a.stop(), 0) << a.proc().err();
 }
 
