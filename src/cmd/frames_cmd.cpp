@@ -36,6 +36,8 @@ constexpr uint64_t kSettleNs = 200'000'000;
 class FramesView {
  public:
   explicit FramesView(const FramesOptions& o) : o_(o), where_(o.scope), table_(frames_table(where_)) {}
+  // Where a process runs, read while it does: a short run's frames are printed after its exit.
+  void place(pid_t pid) { where_.of(pid); }
 
   void frame(const Frame& f, std::string_view comm) {
     auto& w = window_[{f.pid, f.api}];
@@ -291,6 +293,7 @@ int run_frames(const FramesOptions& o) {
   session.start();
   std::vector<std::string> system_libs;
   if (o.scope.pids.empty()) system_libs = gfx.attach_system_libraries();
+  for (pid_t pid : o.scope.pids) view.place(pid);
   if (!o.scope.pids.empty()) {
     for (pid_t pid : o.scope.pids)
       if (!gfx.graphics_pids().count(pid))
