@@ -12,6 +12,7 @@
 #include <map>
 
 #include "core/containers.h"
+#include "errors_fixture.h"
 #include "harness.h"
 #include "usage_error.h"
 
@@ -19,36 +20,10 @@ using namespace gstest;
 
 namespace {
 
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string& tag, const std::string& text = "")
-      : path("/tmp/gs-errors-agent-" + tag + "-" + std::to_string(getpid())) {
-    std::ofstream(path) << text;
-  }
-  void append(const std::string& line) const { std::ofstream(path, std::ios::app) << line << "\n"; }
-  ~TempFile() { unlink(path.c_str()); }
-};
-
 // The governor off: its deferrals play no part in what is counted when.
 std::vector<std::string> agent_args(std::vector<std::string> extra) {
   extra.insert(extra.end(), {"--max-cpu-percent", "0"});
   return extra;
-}
-
-// The stand-in app through the workload's link: named driver kernels, a good sync, two more, and
-// a sync that returns CUDA_ERROR_ILLEGAL_ADDRESS (the 4th launch faults); it lingers LINGER_MS.
-struct StickyApp {
-  Process p;
-  pid_t pid;
-  StickyApp(const Workload& w, long linger_ms)
-      : p({w.path(), "sticky", std::to_string(linger_ms)}, {"GPUSCOPE_STANDIN_STICKY_AFTER=4"}), pid(ready_pid(p)) {
-    EXPECT_TRUE(p.wait_for("sync rc=700")) << p.out() << p.err();
-  }
-};
-
-std::string own_container() {
-  gpuscope::ProcessContainers pc;
-  return pc.of(getpid()).display();
 }
 
 // The one object of /api/errors with this type (and pid, when given).

@@ -15,6 +15,7 @@
 #include "core/containers.h"
 #include "core/cuda_api.h"
 #include "errors/errors_collector.h"
+#include "errors_fixture.h"
 #include "harness.h"
 #include "usage_error.h"
 
@@ -27,17 +28,6 @@ uint64_t realtime_now() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
-
-// A file this test alone writes, gone with it.
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string& tag, const std::string& text = "")
-      : path("/tmp/gs-errors-" + tag + "-" + std::to_string(getpid())) {
-    std::ofstream(path) << text;
-  }
-  void append(const std::string& line) const { std::ofstream(path, std::ios::app) << line << "\n"; }
-  ~TempFile() { unlink(path.c_str()); }
-};
 
 // gpuscope errors --json ARGS in the background, until stop().
 class Errors {
@@ -75,23 +65,6 @@ std::vector<json> of_type(const std::vector<json>& lines, const std::string& typ
 // which must still be there when gpuscope reads them (a sanitized gpuscope reads them later than
 // an exit right after the fault).
 constexpr long kLingerMs = 1000;
-
-// The stand-in app through the workload's link: named driver kernels, a good sync, two more
-// kernels, and a sync that returns CUDA_ERROR_ILLEGAL_ADDRESS (the 4th launch faults).
-struct StickyApp {
-  Process p;
-  pid_t pid;
-  StickyApp(const Workload& w, long linger_ms)
-      : p({w.path(), "sticky", std::to_string(linger_ms)}, {"GPUSCOPE_STANDIN_STICKY_AFTER=4"}), pid(ready_pid(p)) {
-    EXPECT_TRUE(p.wait_for("sync rc=700")) << p.out() << p.err();
-  }
-};
-
-// The container display the test's own host process has: what a stand-in it started has.
-std::string own_container() {
-  gpuscope::ProcessContainers pc;
-  return pc.of(getpid()).display();
-}
 
 // The one cuda_error line of the stand-in app: the process, its container, the call, the code and
 // the kernels since its good sync, latest first.
