@@ -273,7 +273,7 @@ TEST(Errors, InsufficientDriverIsNotSticky) {
   Process real({calls_shared(), "2", "1", "1500"});
   pid_t real_pid = ready_pid(real);
   uint64_t t0 = realtime_now();
-  StickyApp app(w, 0);
+  StickyApp app(w, kLingerMs);
   EXPECT_EQ(app.p.wait(30), 0);
   EXPECT_EQ(real.wait(30), 0) << real.err();
   uint64_t t1 = realtime_now();
