@@ -1,8 +1,7 @@
 # Each agent collector's cost on the PyTorch-shaped stand-in loop against bare uprobes
 # (docs/agent.md, "What it costs"), and a smoke run of it.
-gpuscope_bpf(cost_bare ${CMAKE_CURRENT_LIST_DIR}/bare.bpf.c)
 add_executable(collector_cost ${CMAKE_CURRENT_LIST_DIR}/collector_cost.cpp)
-add_dependencies(collector_cost cost_bare_skel)
+add_dependencies(collector_cost bare_skel)
 target_link_libraries(collector_cost PRIVATE gpuscope_trace -static-libstdc++ -static-libgcc)
 add_test(NAME bench_smoke_collector_cost
   COMMAND collector_cost --gpuscope $<TARGET_FILE:gpuscope> --rounds 1

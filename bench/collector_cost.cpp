@@ -20,7 +20,7 @@
 #include "core/cuda_api.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
-#include "cost_bare.skel.h"
+#include "bare.skel.h"
 
 using namespace gpuscope;
 
@@ -63,11 +63,11 @@ int main(int argc, char** argv) {
   require_bpf_privileges();
 
   // Loaded as the collectors' programs are (uprobe_multi): a perf-event uprobe costs more.
-  auto* bare = cost_bare_bpf__open();
+  auto* bare = bare_bpf__open();
   if (!bare) throw std::runtime_error("cannot open the bare programs");
   prepare_uprobe_multi(bare->progs.bare_enter);
   bpf_program__set_autoload(bare->progs.bare_exit, false);
-  if (cost_bare_bpf__load(bare)) throw std::runtime_error("cannot load the bare programs");
+  if (bare_bpf__load(bare)) throw std::runtime_error("cannot load the bare programs");
   std::vector<uint64_t> floor_sites;
   auto syms = ElfSymbols::read(libcuda);
   for (const char* name : {"cuLaunchKernel", "cuLaunchKernelEx"})

@@ -11,7 +11,7 @@
 #include "core/elf_symbols.h"
 #include "core/system.h"
 #include "gputime/gputime.h"
-#include "gputime_bare.skel.h"
+#include "bare.skel.h"
 #include "harness.h"
 
 using namespace gpuscope;
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   set_libbpf_verbose(false);
   require_bpf_privileges();
-  auto* bare = gputime_bare_bpf__open_and_load();
+  auto* bare = bare_bpf__open_and_load();
   if (!bare) throw std::runtime_error("cannot load the bare programs");
   auto syms = ElfSymbols::read(lib);
   auto* site = syms.find("gpuscope_cupti_buffer");
@@ -62,6 +62,6 @@ int main(int argc, char** argv) {
            (c.ns.at("gpuscope") - c.ns.at("none")) / GS_GT_BATCH_MAX);
     printf("idle library (no gpuscope): %.0f ns of CPU per second (its thread's flag checks)\n", idle_ns);
   }
-  gputime_bare_bpf__destroy(bare);
+  bare_bpf__destroy(bare);
   return 0;
 }

@@ -1,9 +1,8 @@
 # gpuscope kernels counting mode against bare uprobes on the same sites (docs/kernels.md).
 # Included from tests/integration/kernels.cmake; the guard makes a second include harmless.
 include_guard(GLOBAL)
-gpuscope_bpf(kernels_bare ${CMAKE_CURRENT_LIST_DIR}/bare.bpf.c)
 add_executable(kernels_overhead ${CMAKE_CURRENT_LIST_DIR}/kernels_overhead.cpp)
-add_dependencies(kernels_overhead kernels_bare_skel)
+add_dependencies(kernels_overhead bare_skel)
 target_link_libraries(kernels_overhead PRIVATE gpuscope_trace -static-libstdc++ -static-libgcc)
 # Both workloads: runtime launches that reach the driver, and driver-only launches.
 foreach(workload launch_loop driver_loop)

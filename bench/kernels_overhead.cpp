@@ -18,7 +18,7 @@
 #include "core/bpf.h"
 #include "core/elf_symbols.h"
 #include "core/system.h"
-#include "kernels_bare.skel.h"
+#include "bare.skel.h"
 #include "trace/trace.h"
 
 using namespace gpuscope;
@@ -69,14 +69,14 @@ int main(int argc, char** argv) {
                                  {"cudaGraphLaunch", true},
                                  {"cudaLaunchCooperativeKernel", true},
                                  {"cudaLaunchHostFunc", true}});
-  auto* bare = kernels_bare_bpf__open();
+  auto* bare = bare_bpf__open();
   if (!bare) throw std::runtime_error("cannot open the bare programs");
   if (floor_attach == "multi") prepare_uprobe_multi(bare->progs.bare_multi);
   if (floor_attach == "session") prepare_uprobe_session(bare->progs.bare_session);
-  if (kernels_bare_bpf__load(bare)) {
+  if (bare_bpf__load(bare)) {
     fprintf(stderr, "kernels_overhead: cannot load the bare programs for --floor-attach %s%s\n", floor_attach.c_str(),
             floor_attach == "perf" ? "" : " (uprobe_multi needs kernel 6.6+, sessions 6.12+)");
-    kernels_bare_bpf__destroy(bare);
+    bare_bpf__destroy(bare);
     return 2;
   }
   struct Site {
@@ -197,6 +197,6 @@ int main(int argc, char** argv) {
                  double(st.run_time_ns) / double(st.runs));
     }
   }
-  kernels_bare_bpf__destroy(bare);
+  bare_bpf__destroy(bare);
   return 0;
 }

@@ -1,9 +1,8 @@
 # gpuscope memleak against bare uprobe+uretprobe pairs on the same sites (docs/memleak.md).
 # Included from tests/integration/memleak.cmake; the guard makes a second include harmless.
 include_guard(GLOBAL)
-gpuscope_bpf(memleak_bare ${CMAKE_CURRENT_LIST_DIR}/bare.bpf.c)
 add_executable(memleak_overhead ${CMAKE_CURRENT_LIST_DIR}/memleak_overhead.cpp)
-add_dependencies(memleak_overhead memleak_bare_skel)
+add_dependencies(memleak_overhead bare_skel)
 target_link_libraries(memleak_overhead PRIVATE gpuscope_trace -static-libstdc++ -static-libgcc)
 add_test(NAME bench_smoke_memleak_overhead
   COMMAND memleak_overhead --gpuscope $<TARGET_FILE:gpuscope> --rounds 1

@@ -15,7 +15,7 @@
 #include "core/elf_symbols.h"
 #include "core/system.h"
 #include "memleak/memleak.h"
-#include "memleak_bare.skel.h"
+#include "bare.skel.h"
 #include "trace/trace.h"
 
 using namespace gpuscope;
@@ -37,17 +37,17 @@ int main(int argc, char** argv) {
   set_libbpf_verbose(false);
   require_bpf_privileges();
 
-  memleak_bare_bpf* bare = nullptr;
+  bare_bpf* bare = nullptr;
   bool multi = false;
   for (bool m : {true, false}) {
-    bare = memleak_bare_bpf__open();
+    bare = bare_bpf__open();
     if (!bare) throw std::runtime_error("cannot open the bare programs");
     if (m) prepare_uprobe_multi(bare->progs.bare_enter), prepare_uprobe_multi(bare->progs.bare_exit);
-    if (memleak_bare_bpf__load(bare) == 0) {
+    if (bare_bpf__load(bare) == 0) {
       multi = m;
       break;
     }
-    memleak_bare_bpf__destroy(bare);
+    bare_bpf__destroy(bare);
     bare = nullptr;
   }
   if (!bare) throw std::runtime_error("cannot load the bare programs");
@@ -95,6 +95,6 @@ int main(int argc, char** argv) {
     printf("added cost, memleak / bare uprobe+uretprobe pairs:  %.3fx (goal <= 1.5)\n", c.added());
     printf("per iteration, memleak / bare:                      %.3fx\n", c.total());
   }
-  memleak_bare_bpf__destroy(bare);
+  bare_bpf__destroy(bare);
   return 0;
 }

@@ -5,8 +5,11 @@
 #     the stand-in and real-cudart fixtures): trace, memleak, kernels, latency, ioctl, uvm,
 #     starvation, bridge, doctor;
 #   - not the bench_smoke_* tests (they time overhead ratios, which ASAN distorts; the benches
-#     are not even built here), nor fuzz_* (sanitized already), bpf_header_deps or format (no
-#     code of ours runs in them).
+#     are not even built here), nor fuzz_* (sanitized already), bpf_header_deps, format or
+#     deploy_* (no code of ours runs in them), nor Memory.* (they assert peak and steady RSS,
+#     which ASAN's shadow memory and quarantine distort), nor Reliability.NumericFlagsRejectNonsense
+#     (six runs of each of ~80 flags, 110 s here: it drives the one number validator that
+#     CliBadInput.* runs under ASAN already).
 # The BPF skeletons are the release build's (build/generated, built first here when missing or
 # out of date): the sanitizer does not apply to them, and build-asan/ has no clang BPF rule.
 # Any sanitizer report fails the run. ASAN and LSAN reports (from every process, including the
@@ -19,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 b=build-asan
-exclude=${GPUSCOPE_ASAN_EXCLUDE:-'^(bench_smoke_|fuzz_|bpf_header_deps$|format$)'}
+exclude=${GPUSCOPE_ASAN_EXCLUDE:-'^(bench_smoke_|fuzz_|bpf_header_deps$|format$|deploy_|Memory\.|Reliability\.NumericFlagsRejectNonsense$)'}
 
 start=$(date +%s)
 bash scripts/build.sh bpf_skels >/dev/null || { echo "test-asan: build/'s BPF skeletons failed to build" >&2; exit 2; }
@@ -42,7 +45,7 @@ export LSAN_OPTIONS="$common:suppressions=$root/scripts/lsan.supp:print_suppress
 export UBSAN_OPTIONS="$common:halt_on_error=1"
 
 rc=0
-(cd "$b" && ctest --output-on-failure --timeout 300 -E "$exclude" "$@") || rc=$?
+(cd "$b" && ctest --output-on-failure --timeout 300 -j"$(nproc)" -E "$exclude" "$@") || rc=$?
 echo "test-asan: tests in $(($(date +%s) - built)) s" >&2
 if compgen -G "$logs/report*" >/dev/null; then
   for f in "$logs"/report*; do echo "=== $f" >&2; cat "$f" >&2; done

@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 bash scripts/build.sh
 main_rc=0
-(cd build && ctest --output-on-failure --timeout 300) 2>&1 | tee build/ctest-main.log || main_rc=$?
+# -j: the tests that may share the machine (unit tests, fuzz targets, format) run two at a time;
+# every test that loads BPF or times something is RUN_SERIAL and runs alone.
+(cd build && ctest --output-on-failure --timeout 300 -j"$(nproc)") 2>&1 | tee build/ctest-main.log || main_rc=$?
 
 asan_rc=0
 case ${GPUSCOPE_ASAN:-on} in
