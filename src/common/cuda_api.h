@@ -18,6 +18,29 @@ enum gs_role {
 	GS_ROLE_NAMER = 1 << 5,        /* kernels: gives a kernel handle its name (.namer) */
 	GS_ROLE_CONTEXT = 1 << 6, /* memleak: makes, ends or switches a CUDA context (.ctx_op) */
 	GS_ROLE_FAULT = 1 << 7,   /* errors: can return an earlier asynchronous fault (sticky) */
+	GS_ROLE_COPY = 1 << 8,    /* copies: copies or sets memory (.copy, .copy_dir) */
+};
+
+/* copies: a copy's direction; the first five are cudaMemcpyKind's values. */
+enum gs_copy_dir {
+	GS_DIR_H2H,
+	GS_DIR_H2D,
+	GS_DIR_D2H,
+	GS_DIR_D2D,
+	GS_DIR_DEFAULT, /* cudaMemcpyDefault, cuMemcpy: the runtime infers it from the pointers */
+	GS_DIR_PEER,
+	GS_DIR_MEMSET,
+	GS_DIR_COUNT
+};
+
+/* copies: where a GS_ROLE_COPY row's bytes and direction are. The direction is .copy_dir (+1)
+ * where set, else .kind_fixed (+1), else the .kind argument, except for the struct rows. */
+enum gs_copy_shape {
+	GS_COPY_LINEAR, /* the .size argument, times .elem_bytes where set (cuMemsetD32: 4) */
+	GS_COPY_2D,     /* .width times .height arguments (bytes times rows) */
+	GS_COPY_RT_3D,  /* .params: const struct cudaMemcpy3DParms *: extent and kind */
+	GS_COPY_CU_2D,  /* .params: const CUDA_MEMCPY2D *: memory types, WidthInBytes, Height */
+	GS_COPY_CU_3D, /* .params: const CUDA_MEMCPY3D *: memory types, WidthInBytes, Height, Depth */
 };
 
 enum gs_special {
@@ -84,11 +107,15 @@ struct gs_api_desc {
 	unsigned char size, ptr, dst, src, kind, stream, event, graph, handle, device;
 	unsigned char
 	        kind_fixed; /* cudaMemcpyKind + 1 for driver copies, whose direction is in the name */
-	unsigned char roles; /* enum gs_role bits */
+	unsigned short roles; /* enum gs_role bits */
 	unsigned char mem_op, mem_cat, namer;
-	unsigned char func;   /* a host function (GS_SP_HOST_FUNC rows) */
-	unsigned char ctx;    /* a CUcontext argument */
-	unsigned char ctx_op; /* enum gs_ctx_op (GS_ROLE_CONTEXT rows) */
+	unsigned char func;                  /* a host function (GS_SP_HOST_FUNC rows) */
+	unsigned char ctx;                   /* a CUcontext argument */
+	unsigned char ctx_op;                /* enum gs_ctx_op (GS_ROLE_CONTEXT rows) */
+	unsigned char copy;                  /* enum gs_copy_shape (GS_ROLE_COPY rows) */
+	unsigned char width, height, params; /* GS_COPY_2D's arguments; the struct rows' pointer */
+	unsigned char copy_dir;   /* enum gs_copy_dir + 1 where the row fixes it (peer, memset) */
+	unsigned char elem_bytes; /* GS_COPY_LINEAR: bytes per counted element (0: 1) */
 };
 
 #define GS_ARG(i) ((i) + 1)
@@ -112,12 +139,13 @@ struct gs_api_desc {
 	X(CUDA_FREE_ASYNC, cudaFreeAsync, .layer = GS_RT, .ptr = GS_ARG(0), .stream = GS_ARG(1),   \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_FREE, .mem_cat = GS_MEM_DEVICE)    \
 	X(CUDA_MEMCPY, cudaMemcpy, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0),            \
-	  .src = GS_ARG(1), .kind = GS_ARG(3), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)              \
+	  .src = GS_ARG(1), .kind = GS_ARG(3),                                                     \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT | GS_ROLE_COPY)                                    \
 	X(CUDA_MEMCPY_ASYNC, cudaMemcpyAsync, .layer = GS_RT, .size = GS_ARG(2), .dst = GS_ARG(0), \
 	  .src = GS_ARG(1), .kind = GS_ARG(3), .stream = GS_ARG(4),                                \
-	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT | GS_ROLE_COPY)                                    \
 	X(CUDA_MEMSET, cudaMemset, .layer = GS_RT, .size = GS_ARG(2), .ptr = GS_ARG(0),            \
-	  .roles = GS_ROLE_CALL)                                                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_MEMSET))                 \
 	X(CUDA_LAUNCH_KERNEL, cudaLaunchKernel, .layer = GS_RT, .special = GS_SP_RT_LAUNCH,        \
 	  .roles = GS_ROLE_CALL | GS_ROLE_LAUNCH)                                                  \
 	X(CUDA_LAUNCH_KERNEL_EXC, cudaLaunchKernelExC, .layer = GS_RT,                             \
@@ -186,12 +214,14 @@ struct gs_api_desc {
 	X(CU_MEM_UNMAP, cuMemUnmap, .layer = GS_DRV, .size = GS_ARG(1), .ptr = GS_ARG(0),          \
 	  .roles = GS_ROLE_CALL | GS_ROLE_MEM, .mem_op = GS_MEM_VMM_UNMAP, .mem_cat = GS_MEM_VMM)  \
 	X(CU_MEMCPY_HTOD, cuMemcpyHtoD_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
-	  .src = GS_ARG(1), .kind_fixed = GS_ARG(1), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)        \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(1),                                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT | GS_ROLE_COPY)                                    \
 	X(CU_MEMCPY_DTOH, cuMemcpyDtoH_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
-	  .src = GS_ARG(1), .kind_fixed = GS_ARG(2), .roles = GS_ROLE_CALL | GS_ROLE_FAULT)        \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(2),                                               \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT | GS_ROLE_COPY)                                    \
 	X(CU_MEMCPY_ASYNC, cuMemcpyAsync, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),    \
 	  .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(4),                          \
-	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
+	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT | GS_ROLE_COPY)                                    \
 	X(CU_STREAM_SYNCHRONIZE, cuStreamSynchronize, .layer = GS_DRV, .stream = GS_ARG(0),        \
 	  .roles = GS_ROLE_CALL | GS_ROLE_FAULT)                                                   \
 	X(CU_CTX_SYNCHRONIZE, cuCtxSynchronize, .layer = GS_DRV,                                   \
@@ -267,9 +297,60 @@ struct gs_api_desc {
 	  .roles = GS_ROLE_FAULT)                                                                  \
 	X(CU_MEMCPY_DTOH_ASYNC, cuMemcpyDtoHAsync_v2, .layer = GS_DRV, .size = GS_ARG(2),          \
 	  .dst = GS_ARG(0), .src = GS_ARG(1), .stream = GS_ARG(3), .kind_fixed = GS_ARG(2),        \
-	  .roles = GS_ROLE_FAULT)                                                                  \
+	  .roles = GS_ROLE_FAULT | GS_ROLE_COPY)                                                   \
 	X(CUDA_DEVICE_RESET, cudaDeviceReset, .layer = GS_RT,                                      \
-	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)
+	  .roles = GS_ROLE_CALL | GS_ROLE_CONTEXT, .ctx_op = GS_CTX_RT_DEVICE_RESET)               \
+	X(CUDA_MEMCPY_2D, cudaMemcpy2D, .layer = GS_RT, .kind = GS_ARG(6), .roles = GS_ROLE_COPY,  \
+	  .copy = GS_COPY_2D, .width = GS_ARG(4), .height = GS_ARG(5))                             \
+	X(CUDA_MEMCPY_2D_ASYNC, cudaMemcpy2DAsync, .layer = GS_RT, .kind = GS_ARG(6),              \
+	  .stream = GS_ARG(7), .roles = GS_ROLE_COPY, .copy = GS_COPY_2D, .width = GS_ARG(4),      \
+	  .height = GS_ARG(5))                                                                     \
+	X(CUDA_MEMCPY_3D, cudaMemcpy3D, .layer = GS_RT, .roles = GS_ROLE_COPY,                     \
+	  .copy = GS_COPY_RT_3D, .params = GS_ARG(0))                                              \
+	X(CUDA_MEMCPY_3D_ASYNC, cudaMemcpy3DAsync, .layer = GS_RT, .stream = GS_ARG(1),            \
+	  .roles = GS_ROLE_COPY, .copy = GS_COPY_RT_3D, .params = GS_ARG(0))                       \
+	X(CUDA_MEMCPY_PEER, cudaMemcpyPeer, .layer = GS_RT, .size = GS_ARG(4),                     \
+	  .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_PEER))                                  \
+	X(CUDA_MEMCPY_PEER_ASYNC, cudaMemcpyPeerAsync, .layer = GS_RT, .size = GS_ARG(4),          \
+	  .stream = GS_ARG(5), .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_PEER))             \
+	X(CUDA_MEMSET_ASYNC, cudaMemsetAsync, .layer = GS_RT, .size = GS_ARG(2), .ptr = GS_ARG(0), \
+	  .stream = GS_ARG(3), .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_MEMSET))           \
+	X(CUDA_MEMSET_2D, cudaMemset2D, .layer = GS_RT, .ptr = GS_ARG(0), .roles = GS_ROLE_COPY,   \
+	  .copy = GS_COPY_2D, .width = GS_ARG(3), .height = GS_ARG(4),                             \
+	  .copy_dir = GS_ARG(GS_DIR_MEMSET))                                                       \
+	X(CU_MEMCPY_DTOD, cuMemcpyDtoD_v2, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),   \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(GS_DIR_D2D), .roles = GS_ROLE_COPY)               \
+	X(CU_MEMCPY_HTOD_ASYNC, cuMemcpyHtoDAsync_v2, .layer = GS_DRV, .size = GS_ARG(2),          \
+	  .dst = GS_ARG(0), .src = GS_ARG(1), .stream = GS_ARG(3),                                 \
+	  .kind_fixed = GS_ARG(GS_DIR_H2D), .roles = GS_ROLE_COPY)                                 \
+	X(CU_MEMCPY_DTOD_ASYNC, cuMemcpyDtoDAsync_v2, .layer = GS_DRV, .size = GS_ARG(2),          \
+	  .dst = GS_ARG(0), .src = GS_ARG(1), .stream = GS_ARG(3),                                 \
+	  .kind_fixed = GS_ARG(GS_DIR_D2D), .roles = GS_ROLE_COPY)                                 \
+	X(CU_MEMCPY, cuMemcpy, .layer = GS_DRV, .size = GS_ARG(2), .dst = GS_ARG(0),               \
+	  .src = GS_ARG(1), .kind_fixed = GS_ARG(GS_DIR_DEFAULT), .roles = GS_ROLE_COPY)           \
+	X(CU_MEMCPY_PEER, cuMemcpyPeer, .layer = GS_DRV, .size = GS_ARG(4), .dst = GS_ARG(0),      \
+	  .src = GS_ARG(2), .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_PEER))                \
+	X(CU_MEMCPY_PEER_ASYNC, cuMemcpyPeerAsync, .layer = GS_DRV, .size = GS_ARG(4),             \
+	  .dst = GS_ARG(0), .src = GS_ARG(2), .stream = GS_ARG(5), .roles = GS_ROLE_COPY,          \
+	  .copy_dir = GS_ARG(GS_DIR_PEER))                                                         \
+	X(CU_MEMCPY_2D, cuMemcpy2D_v2, .layer = GS_DRV, .roles = GS_ROLE_COPY,                     \
+	  .copy = GS_COPY_CU_2D, .params = GS_ARG(0))                                              \
+	X(CU_MEMCPY_2D_ASYNC, cuMemcpy2DAsync_v2, .layer = GS_DRV, .stream = GS_ARG(1),            \
+	  .roles = GS_ROLE_COPY, .copy = GS_COPY_CU_2D, .params = GS_ARG(0))                       \
+	X(CU_MEMCPY_3D, cuMemcpy3D_v2, .layer = GS_DRV, .roles = GS_ROLE_COPY,                     \
+	  .copy = GS_COPY_CU_3D, .params = GS_ARG(0))                                              \
+	X(CU_MEMCPY_3D_ASYNC, cuMemcpy3DAsync_v2, .layer = GS_DRV, .stream = GS_ARG(1),            \
+	  .roles = GS_ROLE_COPY, .copy = GS_COPY_CU_3D, .params = GS_ARG(0))                       \
+	X(CU_MEMSET_D8, cuMemsetD8_v2, .layer = GS_DRV, .size = GS_ARG(2), .ptr = GS_ARG(0),       \
+	  .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_MEMSET))                                \
+	X(CU_MEMSET_D32, cuMemsetD32_v2, .layer = GS_DRV, .size = GS_ARG(2), .ptr = GS_ARG(0),     \
+	  .roles = GS_ROLE_COPY, .copy_dir = GS_ARG(GS_DIR_MEMSET), .elem_bytes = 4)               \
+	X(CU_MEMSET_D8_ASYNC, cuMemsetD8Async, .layer = GS_DRV, .size = GS_ARG(2),                 \
+	  .ptr = GS_ARG(0), .stream = GS_ARG(3), .roles = GS_ROLE_COPY,                            \
+	  .copy_dir = GS_ARG(GS_DIR_MEMSET))                                                       \
+	X(CU_MEMSET_D32_ASYNC, cuMemsetD32Async, .layer = GS_DRV, .size = GS_ARG(2),               \
+	  .ptr = GS_ARG(0), .stream = GS_ARG(3), .roles = GS_ROLE_COPY,                            \
+	  .copy_dir = GS_ARG(GS_DIR_MEMSET), .elem_bytes = 4)
 
 #define GS_API_ENUM(id, sym, ...) GS_API_##id,
 enum gs_api { GS_APIS(GS_API_ENUM) GS_API_COUNT };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -175,6 +176,28 @@ TEST(CudaApiTable, ArgumentPositionsPointAtParametersOfTheRightKind) {
     if (d.special == GS_SP_RT_LAUNCH) {
       EXPECT_EQ(params.size(), 6u);
     }
+    for (unsigned char pos : {d.width, d.height})
+      if (pos) {
+        EXPECT_NE(param(pos).find("size_t"), std::string::npos);
+      }
+    if (d.roles & GS_ROLE_COPY) {
+      static const char* const kParams[] = {"", "", R"(const struct cudaMemcpy3DParms \*)", R"(const CUDA_MEMCPY2D \*)",
+                                            R"(const CUDA_MEMCPY3D \*)"};
+      switch (d.copy) {
+        case GS_COPY_LINEAR: EXPECT_NE(d.size, 0) << "a linear copy's bytes"; break;
+        case GS_COPY_2D: EXPECT_TRUE(d.width && d.height) << "a 2D copy's width and height"; break;
+        default:
+          ASSERT_LT(d.copy, std::size(kParams));
+          EXPECT_TRUE(std::regex_search(param(d.params), std::regex(kParams[d.copy]))) << param(d.params);
+      }
+      // Its direction: fixed by the row, a cudaMemcpyKind argument, or in the parameter struct.
+      if (d.copy == GS_COPY_LINEAR || d.copy == GS_COPY_2D) {
+        EXPECT_EQ((d.copy_dir != 0) + (d.kind_fixed != 0) + (d.kind != 0), 1);
+      }
+      if (d.elem_bytes) {
+        EXPECT_TRUE(std::regex_search(param(d.size - 1), std::regex(R"(unsigned int)"))) << "cuMemsetD32's element";
+      }
+    }
   }
 }
 
@@ -186,6 +209,11 @@ TEST(CudaApiTable, RolesSelectTheirRows) {
   EXPECT_TRUE(calls[GS_API_CUDA_MALLOC]);
   EXPECT_FALSE(calls[GS_API_CUDA_GET_KERNEL]) << "naming rows are not traced calls";
   EXPECT_THROW(select_apis({"__cudaGetKernel"}, "all"), UsageError);
+  auto copies = apis_with_role(GS_ROLE_COPY);
+  EXPECT_TRUE(copies[GS_API_CUDA_MEMCPY_2D]);
+  EXPECT_TRUE(copies[GS_API_CU_MEMSET_D32]);
+  EXPECT_FALSE(calls[GS_API_CUDA_MEMCPY_2D]) << "copy rows added for copies are not traced";
+  EXPECT_FALSE(copies[GS_API_CUDA_MALLOC]);
   auto launches = apis_with_role(GS_ROLE_LAUNCH);
   for (unsigned i = 0; i < GS_API_COUNT; i++)
     if (launches[i]) {

@@ -1,0 +1,6 @@
+gpuscope_bpf(copies ${CMAKE_CURRENT_LIST_DIR}/copies.bpf.c)
+add_library(gpuscope_copies STATIC ${CMAKE_CURRENT_LIST_DIR}/copies_collector.cpp)
+add_dependencies(gpuscope_copies copies_skel)
+target_link_libraries(gpuscope_copies PUBLIC gpuscope_core)
+list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_copies)
+gpuscope_command(copies SOURCES ${CMAKE_CURRENT_LIST_DIR}/copies_cmd.cpp LIBS gpuscope_copies)
