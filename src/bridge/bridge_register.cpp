@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "core/cli.h"
+#include "core/host_needs.h"
 #include "bridge/bridge.h"
 
 namespace gpuscope {
@@ -27,5 +28,6 @@ void register_bridge(CLI::App& app) {
   add_command(cmd, [=] { return run_bridge(with_shared(*o, *common)); });
 }
 GPUSCOPE_COMMAND(register_bridge, 80);
+GPUSCOPE_NEEDS(bridge, 80, {{"privileges"}, {"nvml"}, {"bpffs"}}, {});
 
 }  // namespace gpuscope

@@ -10,6 +10,7 @@
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
 #include "core/histogram.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -363,5 +364,6 @@ void register_frames(CLI::App& app) {
       "--no-cuda", [f = o] { f->cuda = false; }, "Do not trace the CUDA calls inside frames");
 }
 GPUSCOPE_COMMAND(register_frames, 130);
+GPUSCOPE_NEEDS(frames, 100, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {});
 
 }  // namespace gpuscope

@@ -16,6 +16,7 @@
 #include "core/cli.h"
 #include "core/event_loop.h"
 #include "core/flamegraph.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/where.h"
 #include "core/system.h"
@@ -444,5 +445,6 @@ void register_kernels(CLI::App& app) {
       "  gpuscope kernels -p 1234 -d 30 --stacks --folded sites.folded --svg sites.svg");
 }
 GPUSCOPE_COMMAND(register_kernels, 30);
+GPUSCOPE_NEEDS(kernels, 30, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {});
 
 }  // namespace gpuscope

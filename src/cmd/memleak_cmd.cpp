@@ -12,6 +12,7 @@
 #include "core/cuda_api.h"
 #include "core/cuda_errors.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/clock.h"
@@ -437,5 +438,6 @@ void register_memleak(CLI::App& app) {
       "  gpuscope memleak -c python3 --stacks --json");
 }
 GPUSCOPE_COMMAND(register_memleak, 40);
+GPUSCOPE_NEEDS(memleak, 40, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"});
 
 }  // namespace gpuscope

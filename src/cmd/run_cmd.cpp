@@ -14,6 +14,7 @@
 
 #include "core/cli.h"
 #include "core/clock.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -143,5 +144,6 @@ void register_run(CLI::App& app) {
       "  gpuscope run --flush-ms 50 -- ./app   # then: gpuscope kernels -c app, gpuscope timeline -c app");
 }
 GPUSCOPE_COMMAND(register_run, 120);
+GPUSCOPE_NEEDS(run, 130, {}, {});  // starts a command: needs nothing of the host
 
 }  // namespace gpuscope

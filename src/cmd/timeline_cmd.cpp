@@ -1,7 +1,7 @@
 // gpuscope timeline: CUDA calls per thread (the trace collector), GPU kernels, copies and
 // memsets per stream (libgpuscope-cupti.so's records), launch-to-kernel arrows, device
-// counters (the bridge's pinned maps), NCCL calls per rank (the NCCL collector) and GPU errors
-// (the errors collector's Xids and sticky CUDA errors), written as a Chrome JSON trace for Perfetto.
+// counters (the bridge's pinned maps) and the registered timeline sources' spans and marks
+// (core/timeline_source.h), written as a Chrome JSON trace for Perfetto.
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,29 +15,19 @@
 #include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
-#include "errors/errors_collector.h"
+#include "core/timeline_source.h"
 #include "gputime/gputime_collector.h"
 #include "gputime/timeline.h"
 #include "graphics/frames.h"
 #include "graphics/graphics_collector.h"
-#include "nccl/nccl_collector.h"
 #include "trace/trace.h"
 
 namespace gpuscope {
 
 namespace {
-
-struct TimelineOptions {
-  CommonFlags common;
-  Scope scope;
-  std::string out = "gpuscope-timeline.json";
-  std::string pin_dir = "/sys/fs/bpf";
-  std::string kmsg = "/dev/kmsg";
-  std::vector<std::string> cupti_libs;
-  uint32_t max_calls = 2000000;
-};
 
 // Device counters from the bridge's pins, sampled while the timeline records.
 class BridgeCounters {
@@ -118,140 +108,40 @@ class GraphicsRecorder {
   uint64_t over_ = 0;
 };
 
-// Each rank's calls on communicators, up to --max-calls, on CLOCK_BOOTTIME.
-class NcclRecorder {
+// The registered timeline sources, made in their order; what each took goes into the input.
+class Sources {
  public:
-  NcclRecorder(TimelineInput& in, uint32_t max_calls) : in_(in), max_(max_calls) {
-    timespec b, m;
-    clock_gettime(CLOCK_BOOTTIME, &b);
-    clock_gettime(CLOCK_MONOTONIC, &m);
-    boot_minus_mono_ns_ = (b.tv_sec - m.tv_sec) * 1000000000ll + (b.tv_nsec - m.tv_nsec);
-  }
-  void operator()(const NcclCall& c) {
-    if (in_.nccl.size() >= max_) {
-      over_++;
-      return;
+  Sources(UprobeSession& session, const TimelineOptions& o) {
+    for (auto& e : timeline_sources()) {
+      sources_.push_back(e.make(session, o));
+      info_.push_back(e.info);
     }
-    NcclSpan s;
-    s.start_ns = c.entry_mono_ns + boot_minus_mono_ns_;
-    s.dur_ns = c.call_ns;
-    s.pid = static_cast<uint32_t>(c.rank.pid);
-    s.tid = c.tid;
-    s.op = nccl_op_name(c.op);
-    s.bytes = c.bytes;
-    s.comm_id = nccl_comm_id_str(c.rank.comm_id);
-    s.rank = c.rank.rank;
-    s.nranks = c.rank.nranks;
-    s.peer = c.peer;
-    if (c.seq != GS_NCCL_NO_SEQ) s.seq = c.seq;
-    if (c.ret) s.error = nccl_result_name(c.ret);
-    if (!in_.comms.count(s.pid) && !c.rank.process.empty()) in_.comms[s.pid] = c.rank.process;
-    in_.nccl.push_back(std::move(s));
-  }
-  uint64_t over() const { return over_; }
-
- private:
-  TimelineInput& in_;
-  uint32_t max_;
-  int64_t boot_minus_mono_ns_ = 0;
-  uint64_t over_ = 0;
-};
-
-// What the timeline marks of one GPU error, on CLOCK_BOOTTIME.
-ErrorMark error_mark(const GpuError& r, const std::map<uint64_t, const GpuError*>& by_id, int64_t real_minus_boot) {
-  ErrorMark m;
-  m.ts_ns = r.realtime_ns - real_minus_boot;
-  m.id = r.id;
-  m.joined = r.joined;
-  m.pid = r.pid;
-  m.tid = r.tid;
-  m.sticky = r.kind == ErrorKind::kSticky && r.pid;
-  if (m.sticky) {
-    m.name = r.code_name + " at " + r.api_name;
-    m.code = r.code;
-    m.code_name = r.code_name;
-    m.api = r.api_name;
-    m.layer = r.layer;
-    for (auto& k : r.kernels_since) m.kernels.push_back(k.kernel);
-    m.kernels_truncated = r.kernels_truncated;
-    if (auto x = r.joined ? by_id.find(*r.joined) : by_id.end(); x != by_id.end()) m.joined_xid = x->second->xid;
-    return m;
-  }
-  m.name = r.kind == ErrorKind::kXid ? fmt::format("Xid {}", r.xid) : "NVML " + r.nvml_event;
-  m.xid = r.kind == ErrorKind::kXid ? r.xid : 0;
-  m.event = r.nvml_event;
-  m.meaning = r.info.meaning;
-  m.cls = xid_class_name(r.info.cls);
-  m.action = xid_action_name(r.info.action);
-  m.source = r.from_kmsg && r.from_nvml ? "kmsg+nvml" : r.from_kmsg ? "kmsg" : "nvml";
-  m.message = r.message;
-  m.device = r.device.index;
-  m.uuid = r.device.uuid;
-  m.pci_bus_id = r.device.pci_bus_id;
-  return m;
-}
-
-// GPU errors and NCCL calls: their collectors, and what the timeline takes of them.
-class ErrorsAndNccl {
- public:
-  ErrorsAndNccl(UprobeSession& session, const TimelineOptions& o)
-      : nccl_rec_(in_, o.max_calls),
-        nccl_(session, {o.scope, std::ref(nccl_rec_)}),
-        errors_(session, errors_config(o)),
-        host_wide_(o.scope.pids.empty()) {
-    if (!errors_.kmsg_error().empty())
-      fprintf(stderr, "gpuscope: %s: no Xids in the timeline; sticky CUDA errors are still marked\n",
-              errors_.kmsg_error().c_str());
   }
   // After session.start().
   void start(UprobeSession& session, EventLoop& loop) {
-    errors_.start(session);
-    if (host_wide_) nccl_.attach_system_libraries();
-    errors_.watch(loop);
-    nccl_.watch(loop);
-    loop.every(1, [this] { nccl_.take(); });  // the per-interval view it also keeps, let go
+    for (auto& s : sources_) s->attach(session);
+    for (auto& s : sources_) s->watch(loop);
   }
   void drain() {
-    errors_.poll();
-    nccl_.drain();
+    for (auto& s : sources_) s->drain();
   }
   // After session.detach(): the rest, into the timeline's input.
   void finish(TimelineInput& in) {
-    errors_.detach();
-    nccl_.detach();
+    for (auto& s : sources_) s->detach();
     drain();
-    in.nccl = std::move(in_.nccl);
-    for (auto& [pid, comm] : in_.comms) in.comms.emplace(pid, comm);
-    const auto records = errors_.records();
-    std::map<uint64_t, const GpuError*> by_id;
-    for (auto& r : records) by_id[r.id] = &r;
-    const int64_t real_minus_boot = realtime_minus_boottime_ns();
-    for (auto& r : records) {
-      in.errors.push_back(error_mark(r, by_id, real_minus_boot));
-      if (r.pid && !r.comm.empty()) in.comms.emplace(*r.pid, r.comm);
+    for (size_t i = 0; i < sources_.size(); i++) {
+      TimelineItems items;
+      items.info = info_[i];
+      sources_[i]->take(items);
+      for (auto& [pid, comm] : items.comms) in.comms.emplace(pid, comm);
+      for (auto& [reason, n] : items.lost) in.lost[reason] = n;
+      in.sources.push_back(std::move(items));
     }
-    const auto es = errors_.stats();
-    const auto ns = nccl_.stats();
-    in.lost["errors_kmsg_lost"] = es.kmsg.lost;
-    in.lost["errors_sticky_ringbuf"] = es.bpf_lost_events;
-    in.lost["errors_dropped"] = es.records_dropped;
-    in.lost["nccl_ringbuf"] = ns.lost_ringbuf;
-    in.lost["nccl_state"] = ns.lost_state;
-    in.lost["nccl_over_bound"] = nccl_rec_.over();
   }
 
  private:
-  static ErrorsCollector::Config errors_config(const TimelineOptions& o) {
-    ErrorsCollector::Config c;
-    c.scope = o.scope;
-    c.kmsg_path = o.kmsg;
-    return c;
-  }
-  TimelineInput in_;  // NCCL spans as they come, apart from the CPU side's recorders
-  NcclRecorder nccl_rec_;
-  NcclCollector nccl_;
-  ErrorsCollector errors_;
-  bool host_wide_;
+  std::vector<std::unique_ptr<TimelineSource>> sources_;
+  std::vector<TimelineSourceInfo> info_;
 };
 
 // The GPU side, the notes on what is absent and the losses, once the recording has ended.
@@ -282,15 +172,18 @@ void summary(const TimelineOptions& o, const TimelineInput& in, const TimelineSt
     j.record("summary", realtime_ns()).str("file", o.out).num("cpu_spans", st.cpu_spans).num("gpu_spans", st.gpu_spans);
     j.num("flows", st.flows).num("counters", st.counters).num("cpu_lost", ts.lost_ringbuf + ts.lost_state + calls_over);
     j.num("graphics_spans", st.graphics_spans).num("frames", st.frame_spans);
-    j.num("nccl_spans", st.nccl_spans).num("errors", st.error_marks);
+    for (size_t i = 0; i < in.sources.size(); i++) j.num(in.sources[i].info.summary_key, st.source_items[i]);
     j.num("gpu_lost", gs.lost_ringbuf + gs.lost_read + gs.lost_too_many + gs.lost_kept + gs.cupti_dropped);
     j.boolean("gpu_library", !in.gpu.empty()).end();
   } else {
-    fmt::format_to(std::back_inserter(w.buf()),
+    auto out = std::back_inserter(w.buf());
+    fmt::format_to(out,
                    "wrote {}: {} CPU spans, {} GPU spans, {} launch arrows, {} counter samples, {} graphics calls, {} "
-                   "frames, {} NCCL calls, {} GPU errors{}\n",
-                   o.out, st.cpu_spans, st.gpu_spans, st.flows, st.counters, st.graphics_spans, st.frame_spans,
-                   st.nccl_spans, st.error_marks, in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
+                   "frames",
+                   o.out, st.cpu_spans, st.gpu_spans, st.flows, st.counters, st.graphics_spans, st.frame_spans);
+    for (size_t i = 0; i < in.sources.size(); i++)
+      fmt::format_to(out, ", {} {}", st.source_items[i], in.sources[i].info.summary_text);
+    fmt::format_to(out, "{}\n", in.gpu.empty() ? std::string(" (") + in.gpu_note + ")" : "");
   }
 }
 
@@ -311,13 +204,13 @@ int run_timeline(const TimelineOptions& o) {
   GpuTimeCollector::Config gc{o.cupti_libs, true};
   gc.mode = GS_GT_MODE_TIMELINE;  // launch calls too: the arrows from each launch to its kernel
   GpuTimeCollector gpu(session, std::move(gc));
-  ErrorsAndNccl errors_nccl(session, o);
+  Sources sources(session, o);
   BridgeCounters bridge(o.pin_dir);
   session.start();
   if (o.scope.pids.empty()) gfx.attach_system_libraries();
   gpu.start();
   EventLoop loop(o.common.duration_s);
-  errors_nccl.start(session, loop);
+  sources.start(session, loop);
   trace.watch(loop);
   gfx.watch(loop);
   session.watch(loop);
@@ -330,7 +223,7 @@ int run_timeline(const TimelineOptions& o) {
           bridge.present() ? "from the bridge" : "absent: no bridge pins");
   loop.run();
   trace.drain();
-  errors_nccl.drain();
+  sources.drain();
   gpu.stop();
   session.detach();
   gfx.detach();
@@ -341,7 +234,7 @@ int run_timeline(const TimelineOptions& o) {
   const auto ts = trace.stats();
   const auto gs = gpu.stats();
   finish_input(in, gpu, bridge, ts, gs, calls.over());
-  errors_nccl.finish(in);
+  sources.finish(in);
   const auto grs = gfx.stats();
   in.lost["graphics_ringbuf"] = grs.lost_ringbuf;
   in.lost["graphics_state"] = grs.lost_state;
@@ -377,5 +270,6 @@ void register_timeline(CLI::App& app) {
       "(gpuscope run -- CMD sets it); device counters need gpuscope bridge running.");
 }
 GPUSCOPE_COMMAND(register_timeline, 110);
+GPUSCOPE_NEEDS(timeline, 90, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {});
 
 }  // namespace gpuscope

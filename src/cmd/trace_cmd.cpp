@@ -1,5 +1,6 @@
 #include "core/cli.h"
 #include "core/clock.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "kernels/kernels_collector.h"
 #include "trace/trace.h"
@@ -123,5 +124,6 @@ void register_trace(CLI::App& app) {
       "  gpuscope trace --layer driver -c python3");
 }
 GPUSCOPE_COMMAND(register_trace, 10);
+GPUSCOPE_NEEDS(trace, 10, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {});
 
 }  // namespace gpuscope

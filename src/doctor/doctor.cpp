@@ -29,6 +29,7 @@
 #include "core/bpf.h"
 #include "core/clock.h"
 #include "core/discovery.h"
+#include "core/host_needs.h"
 #include "core/cuda_api.h"
 #include "core/output.h"
 #include "core/proc_maps.h"
@@ -316,36 +317,9 @@ struct Sub {
   std::string name, status, reason;
 };
 
-// Each subcommand needs every group; a group is met when any of its checks is ok.
-// `optional` checks only make it partial.
-struct Need {
-  const char* name;
-  std::vector<std::vector<std::string>> all;
-  std::vector<std::string> optional;
-};
-
-const std::vector<Need>& needs() {
-  static const std::vector<Need> n = {
-      {"trace", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"latency", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"kernels", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"memleak", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
-      {"ioctl", {{"privileges"}, {"tracefs", "raw_tp"}}, {}},
-      {"uvm", {{"privileges"}, {"kprobes", "fentry"}, {"nvidia_uvm"}}, {}},
-      {"starvation", {{"privileges"}, {"nvml"}, {"bpffs"}, {"tp_btf"}, {"perf_events"}}, {}},
-      {"bridge", {{"privileges"}, {"nvml"}, {"bpffs"}}, {}},
-      {"timeline", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"frames", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {}},
-      {"errors", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
-      {"nccl", {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"}},
-      {"run", {}, {}},  // starts a command: needs nothing of the host
-  };
-  return n;
-}
-
 // What keeps a subcommand from working; without privileges that is said once, and what would
 // likely work as root is left out.
-std::vector<std::string> missing(const Doctor& d, const Need& n) {
+std::vector<std::string> missing(const Doctor& d, const HostNeeds& n) {
   std::vector<std::string> out;
   if (!d.priv && !n.all.empty()) out.push_back(kRootHint);
   for (auto& group : n.all) {
@@ -361,7 +335,7 @@ std::vector<std::string> missing(const Doctor& d, const Need& n) {
   return out;
 }
 
-Sub verdict(const Doctor& d, const Need& n) {
+Sub verdict(const Doctor& d, const HostNeeds& n) {
   if (auto m = missing(d, n); !m.empty()) return {n.name, "unavailable", fmt::format("{}", fmt::join(m, "; "))};
   std::vector<std::string> lacking;
   for (auto& c : n.optional)
@@ -400,14 +374,11 @@ Sub agent_verdict(const std::vector<Sub>& subs, bool priv) {
   return {"agent", why.empty() ? "ok" : "partial", fmt::format("{}", fmt::join(why, "; "))};
 }
 
+// Each subcommand's needs, as it declared them (GPUSCOPE_NEEDS), then the agent's.
 std::vector<Sub> judge(const Doctor& d) {
-  // Subcommands this binary has; the others' needs stay listed above for when they land.
-  static const std::set<std::string> built = {"trace",  "bridge", "latency",    "ioctl",    "uvm", "kernels", "memleak",
-                                              "errors", "nccl",   "starvation", "timeline", "run", "frames",  "agent"};
   std::vector<Sub> out;
-  for (auto& n : needs())
-    if (built.count(n.name)) out.push_back(verdict(d, n));
-  if (built.count("agent")) out.push_back(agent_verdict(out, d.priv));
+  for (auto& n : registered_host_needs()) out.push_back(verdict(d, n));
+  out.push_back(agent_verdict(out, d.priv));
   return out;
 }
 

@@ -14,3 +14,4 @@ target_link_libraries(gpuscope_errors_collector PUBLIC gpuscope_errors gpuscope_
 gpuscope_command(errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/errors_cmd.cpp LIBS gpuscope_errors_collector)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_errors_collector)
 gpuscope_agent_collector(errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/errors_agent.cpp LIBS gpuscope_errors_collector)
+gpuscope_timeline_source(errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/errors_timeline.cpp LIBS gpuscope_errors_collector)

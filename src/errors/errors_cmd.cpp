@@ -7,6 +7,7 @@
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -219,5 +220,6 @@ void register_errors(CLI::App& app) {
       "  gpuscope errors --kmsg saved-dmesg.txt -d 1 # replay a saved log");
 }
 GPUSCOPE_COMMAND(register_errors, 65);
+GPUSCOPE_NEEDS(errors, 110, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"});
 
 }  // namespace gpuscope

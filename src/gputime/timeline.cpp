@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "core/cuda_api.h"
 #include "core/output.h"
@@ -20,20 +22,26 @@ constexpr uint64_t kFramesTidBase = 1ull << 29;  // a process's frames, a track 
 
 uint64_t frames_tid(const char* api) { return kFramesTidBase + (api[0] == 'v' ? 0 : api[0] == 'e' ? 1 : 2); }
 constexpr uint32_t kCountersPid = (1u << 31) - 1;
-constexpr uint32_t kGpuErrorsPid = (1u << 31) - 2;  // errors of no known process, a track per GPU
+// A source's marks of no process: a process per source below the counters', a track per name.
+constexpr uint32_t kUnownedPidTop = (1u << 31) - 2;
 
-// An error's GPU track on kGpuErrorsPid: by the GPU's index where known, else its PCI bus id.
-std::string error_gpu_key(const ErrorMark& e) {
-  if (e.device >= 0) return fmt::format("GPU {}", e.device);
-  return e.pci_bus_id.empty() ? "GPU ?" : "GPU " + e.pci_bus_id;
-}
-std::map<std::string, uint64_t> error_gpu_tracks(const TimelineInput& in) {
-  std::map<std::string, uint64_t> tracks;
-  for (auto& e : in.errors)
-    if (!e.pid && !e.sticky) tracks.emplace(error_gpu_key(e), 0);
-  uint64_t tid = 1;
-  for (auto& [_, t] : tracks) t = tid++;
-  return tracks;
+struct UnownedTracks {
+  uint32_t pid = 0;
+  std::map<std::string, uint64_t> tids;  // track name -> its tid, from 1
+};
+// For each of in.sources, in order, those with marks of no process taking pids down from kUnownedPidTop.
+std::vector<UnownedTracks> unowned_tracks(const TimelineInput& in) {
+  std::vector<UnownedTracks> out(in.sources.size());
+  uint32_t pid = kUnownedPidTop;
+  for (size_t i = 0; i < in.sources.size(); i++) {
+    for (auto& m : in.sources[i].marks)
+      if (!m.pid) out[i].tids.emplace(m.track, 0);
+    if (out[i].tids.empty()) continue;
+    out[i].pid = pid--;
+    uint64_t tid = 1;
+    for (auto& [_, t] : out[i].tids) t = tid++;
+  }
+  return out;
 }
 
 uint64_t gpu_tid(const gs_gt_record& r) { return kGpuTidBase + (uint64_t)r.device * (1u << 20) + (r.stream & 0xfffff); }
@@ -78,8 +86,10 @@ uint64_t origin_of(const TimelineInput& in) {
   for (auto& g : in.gpu) origin = std::min<uint64_t>(origin, g.r.start_ns);
   for (auto& c : in.counters) origin = std::min<uint64_t>(origin, c.ts_boot_ns);
   for (auto& g : in.graphics) origin = std::min<uint64_t>(origin, g.start_ns);
-  for (auto& n : in.nccl) origin = std::min<uint64_t>(origin, n.start_ns);
-  for (auto& e : in.errors) origin = std::min<uint64_t>(origin, e.ts_ns);
+  for (auto& src : in.sources) {
+    for (auto& s : src.spans) origin = std::min<uint64_t>(origin, s.start_ns);
+    for (auto& m : src.marks) origin = std::min<uint64_t>(origin, m.ts_ns);
+  }
   return origin == std::numeric_limits<uint64_t>::max() ? 0 : origin;
 }
 
@@ -97,9 +107,11 @@ void write_names(TraceWriter& w, const TimelineInput& in) {
   std::set<uint32_t> pids;
   for (auto& c : in.calls) pids.insert(c.pid);
   for (auto& g : in.graphics) pids.insert(g.pid);
-  for (auto& n : in.nccl) pids.insert(n.pid);
-  for (auto& e : in.errors)
-    if (e.pid) pids.insert(*e.pid);
+  for (auto& src : in.sources) {
+    for (auto& s : src.spans) pids.insert(s.pid);
+    for (auto& m : src.marks)
+      if (m.pid) pids.insert(*m.pid);
+  }
   std::set<std::pair<uint32_t, const char*>> frame_tracks;
   for (auto& f : in.frames) frame_tracks.insert({f.pid, f.api});
   std::set<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> gpu_tracks;  // pid, tid, device, stream
@@ -125,11 +137,13 @@ void write_names(TraceWriter& w, const TimelineInput& in) {
     meta(w, "thread_name", pid, &tid).str("name", fmt::format("GPU {} stream {}", dev, stream)).end_object().end();
     meta(w, "thread_sort_index", pid, &tid).num("sort_index", 1000000 + tid - kGpuTidBase).end_object().end();
   }
-  auto error_tracks = error_gpu_tracks(in);
-  if (!error_tracks.empty())
-    meta(w, "process_name", kGpuErrorsPid).str("name", "GPU errors (no process)").end_object().end();
-  for (auto& [name, tid] : error_tracks)
-    meta(w, "thread_name", kGpuErrorsPid, &tid).str("name", name).end_object().end();
+  const auto unowned = unowned_tracks(in);
+  for (size_t i = 0; i < unowned.size(); i++) {
+    if (unowned[i].tids.empty()) continue;
+    meta(w, "process_name", unowned[i].pid).str("name", in.sources[i].info.unowned_process).end_object().end();
+    for (auto& [name, tid] : unowned[i].tids)
+      meta(w, "thread_name", unowned[i].pid, &tid).str("name", name).end_object().end();
+  }
 }
 
 // CPU side: each call a complete slice on its thread.
@@ -195,55 +209,56 @@ void write_graphics(TraceWriter& w, const TimelineInput& in, TimelineStats& st) 
   }
 }
 
-// Each rank's NCCL calls on the thread that made them.
-void write_nccl(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
-  for (auto& n : in.nccl) {
-    JsonLine j = w.event();
-    j.str("ph", "X").str("cat", "nccl").str("name", n.op).num("pid", n.pid).num("tid", n.tid);
-    j.real("ts", w.us(n.start_ns), 3).real("dur", n.dur_ns / 1e3, 3).begin_object("args");
-    j.num("bytes", n.bytes).str("comm_id", n.comm_id).num("rank", n.rank).num("nranks", n.nranks);
-    if (n.seq)
-      j.num("seq", *n.seq);
-    else
-      j.null("seq");
-    if (n.peer >= 0) j.num("peer", n.peer);
-    if (!n.error.empty()) j.str("error", n.error);
-    j.end_object().end();
-    st.nccl_spans++;
-  }
+void write_args(JsonLine& j, const TimelineArgs& args) {
+  j.begin_object("args");
+  for (auto& [k, v] : args)
+    std::visit(
+        [&, &k = k](auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::nullptr_t>)
+            j.null(k);
+          else if constexpr (std::is_same_v<T, bool>)
+            j.boolean(k, x);
+          else if constexpr (std::is_same_v<T, std::string>)
+            j.str(k, x);
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            j.begin_array(k);
+            for (auto& s : x) j.str(s);
+            j.end_array();
+          } else
+            j.num(k, x);
+        },
+        v);
+  j.end_object();
 }
 
-// GPU errors as instant marks: a sticky error on its thread, an Xid on its process or its GPU.
-void write_errors(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
-  const auto tracks = error_gpu_tracks(in);
-  for (auto& e : in.errors) {
-    JsonLine j = w.event();
-    j.str("ph", "i").str("cat", e.sticky ? "cuda_error" : "gpu_error").str("name", e.name);
-    if (e.sticky)
-      j.num("pid", *e.pid).num("tid", e.tid).str("s", "t");
-    else if (e.pid)
-      j.num("pid", *e.pid).num("tid", *e.pid).str("s", "p");
-    else
-      j.num("pid", kGpuErrorsPid).num("tid", tracks.at(error_gpu_key(e))).str("s", "t");
-    j.real("ts", w.us(e.ts_ns), 3).begin_object("args").num("error_id", e.id);
-    if (e.sticky) {
-      j.num("code", e.code).str("code_name", e.code_name).str("api", e.api).str("layer", e.layer);
-      j.begin_array("kernels_since_sync");
-      for (auto& k : e.kernels) j.str(k);
-      j.end_array().boolean("kernels_truncated", e.kernels_truncated);
-      if (e.joined_xid) j.num("xid", e.joined_xid);
-    } else {
-      if (e.xid) j.num("xid", e.xid);
-      if (!e.event.empty()) j.str("event", e.event);
-      j.str("meaning", e.meaning).str("class", e.cls).str("action", e.action).num("device", e.device);
-      j.str("uuid", e.uuid).str("pci_bus_id", e.pci_bus_id).str("source", e.source).str("message", e.message);
+// The sources' spans on their threads, then their marks: on a thread, a process, or a track of
+// the source's own process.
+void write_sources(TraceWriter& w, const TimelineInput& in, TimelineStats& st) {
+  const auto unowned = unowned_tracks(in);
+  for (size_t i = 0; i < in.sources.size(); i++) {
+    auto& src = in.sources[i];
+    for (auto& s : src.spans) {
+      JsonLine j = w.event();
+      j.str("ph", "X").str("cat", s.category).str("name", s.name).num("pid", s.pid).num("tid", s.tid);
+      j.real("ts", w.us(s.start_ns), 3).real("dur", s.dur_ns / 1e3, 3);
+      write_args(j, s.args);
+      j.end();
     }
-    if (e.joined)
-      j.num("joined_error_id", *e.joined);
-    else
-      j.null("joined_error_id");
-    j.end_object().end();
-    st.error_marks++;
+    for (auto& m : src.marks) {
+      JsonLine j = w.event();
+      j.str("ph", "i").str("cat", m.category).str("name", m.name);
+      if (m.pid && m.tid)
+        j.num("pid", *m.pid).num("tid", *m.tid).str("s", "t");
+      else if (m.pid)
+        j.num("pid", *m.pid).num("tid", *m.pid).str("s", "p");
+      else
+        j.num("pid", unowned[i].pid).num("tid", unowned[i].tids.at(m.track)).str("s", "t");
+      j.real("ts", w.us(m.ts_ns), 3);
+      write_args(j, m.args);
+      j.end();
+    }
+    st.source_items.push_back(src.spans.size() + src.marks.size());
   }
 }
 
@@ -379,7 +394,8 @@ void write_metadata(std::string& out, const TimelineInput& in, const TimelineSta
   m.str("counters", in.counter_note.empty() ? "present" : in.counter_note);
   m.num("cpu_span_count", st.cpu_spans).num("gpu_span_count", st.gpu_spans).num("flow_count", st.flows);
   m.num("counter_count", st.counters).num("graphics_span_count", st.graphics_spans);
-  m.num("frame_count", st.frame_spans).num("nccl_span_count", st.nccl_spans).num("error_count", st.error_marks);
+  m.num("frame_count", st.frame_spans);
+  for (size_t i = 0; i < in.sources.size(); i++) m.num(in.sources[i].info.count_key, st.source_items[i]);
   m.begin_object("lost");
   for (auto& [k, v] : in.lost) m.num(k, v);
   m.end_object().end();
@@ -400,8 +416,7 @@ TimelineStats write_timeline(const TimelineInput& in, std::string& out) {
   ThreadSlices by_thread = write_calls(w, in, st);
   write_gpu(w, in, by_thread, st);
   write_graphics(w, in, st);
-  write_nccl(w, in, st);
-  write_errors(w, in, st);
+  write_sources(w, in, st);
   write_counters(w, in.counters, st);
   w.finish();
   write_metadata(out, in, st, origin);

@@ -1,14 +1,15 @@
 #pragma once
-// The timeline view: CPU-side CUDA calls, GPU activity and device counters written as a Chrome
-// JSON trace (opens in ui.perfetto.dev and chrome://tracing). It never touches BPF.
+// The timeline view: CPU-side CUDA calls, GPU activity, device counters and the timeline
+// sources' spans and marks written as a Chrome JSON trace (opens in ui.perfetto.dev and
+// chrome://tracing). It never touches BPF.
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/events.h"
+#include "core/timeline_source.h"
 #include "gputime/gputime_collector.h"
 
 namespace gpuscope {
@@ -48,41 +49,6 @@ struct FrameSpan : ProcessSpan {
   uint64_t wait_ns = 0;
 };
 
-// One NCCL call of a rank (the NCCL collector's): a span on its thread.
-struct NcclSpan : ProcessSpan {
-  uint32_t tid = 0;
-  const char* op = "";  // "ncclAllReduce"
-  uint64_t bytes = 0;
-  std::string comm_id;  // 16 hex digits, equal on every rank
-  int rank = -1, nranks = -1, peer = -1;
-  std::optional<uint64_t> seq;  // a collective's number on the communicator
-  std::string error;            // "" for ncclSuccess, else its name
-};
-
-// One GPU error (the errors collector's): an instant mark. A sticky CUDA error on its thread, an
-// Xid on its process where it names one, else (and NVML's other events) on its GPU's track.
-struct ErrorMark {
-  uint64_t ts_ns = 0;  // CLOCK_BOOTTIME
-  uint64_t id = 0;     // the errors collector's record id
-  std::optional<uint64_t> joined;
-  std::optional<uint32_t> pid;
-  uint32_t tid = 0;
-  bool sticky = false;
-  std::string name;  // "CUDA_ERROR_ILLEGAL_ADDRESS at cuCtxSynchronize", "Xid 31"
-  // A sticky error: the call, its code, the kernels since the last good sync (latest first), the
-  // Xid it was joined to (0: none).
-  int32_t code = 0;
-  std::string code_name, api, layer;
-  std::vector<std::string> kernels;
-  bool kernels_truncated = false;
-  int joined_xid = 0;
-  // An Xid or another NVML event.
-  int xid = 0;
-  std::string meaning, cls, action, event, source, message;
-  int device = -1;
-  std::string uuid, pci_bus_id;
-};
-
 struct TimelineInput {
   std::vector<CallSpan> calls;
   std::vector<GraphicsSpan> graphics;
@@ -90,8 +56,7 @@ struct TimelineInput {
   std::map<std::pair<uint32_t, uint32_t>, std::string> threads;  // (pid, tid) -> thread name
   std::vector<GpuRecord> gpu;
   std::vector<CounterSample> counters;
-  std::vector<NcclSpan> nccl;
-  std::vector<ErrorMark> errors;
+  std::vector<TimelineItems> sources;  // the registered timeline sources', in their order
   std::function<std::string(uint32_t pid, uint32_t name_id)> kernel_name;
   std::map<uint32_t, std::string> comms;  // pid -> process name
   std::string gpu_note;                   // why there are no GPU spans, when there are none
@@ -101,7 +66,7 @@ struct TimelineInput {
 
 struct TimelineStats {
   uint64_t cpu_spans = 0, gpu_spans = 0, flows = 0, counters = 0, graphics_spans = 0, frame_spans = 0;
-  uint64_t nccl_spans = 0, error_marks = 0;
+  std::vector<uint64_t> source_items;  // spans and marks of each of in.sources
 };
 
 // The trace as one JSON document.

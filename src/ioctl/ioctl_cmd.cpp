@@ -3,6 +3,7 @@
 
 #include "core/cli.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/system.h"
 #include "ioctl/ioctl_collector.h"
 #include "ioctl/ioctl_view.h"
@@ -75,5 +76,6 @@ void register_ioctl(CLI::App& app) {
       "  gpuscope ioctl -c python3");
 }
 GPUSCOPE_COMMAND(register_ioctl, 50);
+GPUSCOPE_NEEDS(ioctl, 50, {{"privileges"}, {"tracefs", "raw_tp"}}, {});
 
 }  // namespace gpuscope

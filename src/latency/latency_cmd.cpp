@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/cuda_api.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -238,5 +239,6 @@ void register_latency(CLI::App& app) {
       "  gpuscope latency -p 1234 --json");
 }
 GPUSCOPE_COMMAND(register_latency, 20);
+GPUSCOPE_NEEDS(latency, 20, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {});
 
 }  // namespace gpuscope

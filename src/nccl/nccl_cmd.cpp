@@ -8,6 +8,7 @@
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -279,5 +280,6 @@ void register_nccl(CLI::App& app) {
       "  gpuscope nccl -p 1234 --interval 5");
 }
 GPUSCOPE_COMMAND(register_nccl, 67);
+GPUSCOPE_NEEDS(nccl, 120, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"});
 
 }  // namespace gpuscope

@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "core/cli.h"
+#include "core/host_needs.h"
 #include "starvation/starvation_cmd.h"
 
 namespace gpuscope {
@@ -38,5 +39,6 @@ void register_starvation(CLI::App& app) {
       "  gpuscope starvation -c python3 -d 30 --folded out.folded --svg out.svg");
 }
 GPUSCOPE_COMMAND(register_starvation, 70);
+GPUSCOPE_NEEDS(starvation, 70, {{"privileges"}, {"nvml"}, {"bpffs"}, {"tp_btf"}, {"perf_events"}}, {});
 
 }  // namespace gpuscope

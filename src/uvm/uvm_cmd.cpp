@@ -2,6 +2,7 @@
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "uvm/uvm_collector.h"
@@ -84,5 +85,6 @@ void register_uvm(CLI::App& app) {
   add_number(cmd, "--top", o->top, "Thrashing addresses to list per interval (default 10)", "rows", 0, 100000);
 }
 GPUSCOPE_COMMAND(register_uvm, 60);
+GPUSCOPE_NEEDS(uvm, 60, {{"privileges"}, {"kprobes", "fentry"}, {"nvidia_uvm"}}, {});
 
 }  // namespace gpuscope
