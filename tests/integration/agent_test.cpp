@@ -536,7 +536,7 @@ TEST(Agent, MetricsAndApi) {
   EXPECT_EQ(h["status"], "degraded");
   // Starvation needs the bridge's pins: the pin directory is not on bpffs, so it is off too.
   // gputime is up: the library beside gpuscope is probed.
-  ASSERT_EQ(h["collectors"].size(), 10u);
+  ASSERT_EQ(h["collectors"].size(), 11u);
   for (auto& c : h["collectors"]) {
     EXPECT_EQ(c["up"].get<bool>(), c["name"] != "bridge" && c["name"] != "starvation") << c.dump();
     if (c["name"] == "bridge") EXPECT_NE(c["why"].get<std::string>().find("no bridge running"), std::string::npos);
@@ -544,7 +544,7 @@ TEST(Agent, MetricsAndApi) {
       EXPECT_NE(c["why"].get<std::string>().find("is not a directory on bpffs"), std::string::npos) << c.dump();
   }
   EXPECT_EQ(http_get(a.port(), "/api/starvation/folded").status, 503);
-  for (const char* c : {"kernels", "memleak", "latency", "ioctl", "gputime", "errors", "nccl", "graphics"})
+  for (const char* c : {"kernels", "memleak", "latency", "copies", "ioctl", "gputime", "errors", "nccl", "graphics"})
     EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", c}}), 1) << c;
   EXPECT_EQ(value_of(m, "gpuscope_collector_up", {{"collector", "bridge"}}), 0);
   EXPECT_TRUE(samples(m, "gpuscope_gpu_utilization_ratio").empty());
