@@ -23,6 +23,7 @@
 #include "gputime/gputime_collector.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_collector.h"
+#include "kernels/stack_flags.h"
 
 namespace gpuscope {
 
@@ -35,13 +36,8 @@ struct KernelsOptions {
   unsigned top = 0;  // 0: every row
   std::string count_layer = "auto";
   std::vector<std::string> cupti_libs;
-  bool stacks = false;
-  // Not measured on a GPU host yet: a guess that keeps a launch-bound loop's stack walks at
-  // one in 64 launches (docs/kernels.md says so).
-  uint32_t stack_every = 64;
-  std::string folded, svg, site_skip;
-  // The --stacks flags given without it (CLI11's needs() would print itself into the labels).
-  std::vector<CLI::Option*> stack_flags;
+  StackFlags sites;
+  std::string folded, svg;
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
@@ -284,7 +280,7 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
     fmt::format_to(std::back_inserter(out.buf()),
                    "\nlaunch sites: 1 in {} launches per process sampled, and each kernel's first; launches "
                    "marked est. are the counted ones split in the sampled proportions\n",
-                   o.stack_every);
+                   o.sites.stack_every);
     t.header(out.buf());
     for (auto& r : v)
       t.row(out.buf(), where.row({std::to_string(r.first->pid), r.first->comm,
@@ -340,13 +336,7 @@ void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollec
 }
 
 int run_kernels(const KernelsOptions& o) {
-  for (auto* f : o.stack_flags)
-    if (!o.stacks && f->count()) throw UsageError(flag_name(f->get_name(false, true)) + " needs --stacks");
-  if (!o.site_skip.empty()) try {
-      std::regex check(o.site_skip);
-    } catch (const std::regex_error& e) {
-      throw UsageError("--site-skip " + clip(o.site_skip) + " is not a valid regular expression: " + e.what());
-    }
+  o.sites.check();
   if (!o.folded.empty()) check_output_file("--folded", o.folded);
   if (!o.svg.empty()) check_output_file("--svg", o.svg);
   require_bpf_privileges();
@@ -356,9 +346,7 @@ int run_kernels(const KernelsOptions& o) {
                      : o.count_layer == "both" ? CountLayer::Both
                                                : CountLayer::Auto;
   KernelsCollector::Config kc{o.scope, layer};
-  kc.stacks = o.stacks;
-  kc.stack_every = o.stack_every;
-  kc.site_skip = o.site_skip;
+  o.sites.apply(kc);
   KernelsCollector kernels(session, kc);
   if (o.common.verbose) fprintf(stderr, "gpuscope: %s\n", kernels.layer_reason().c_str());
   auto say_notes = [&] {
@@ -401,7 +389,7 @@ int run_kernels(const KernelsOptions& o) {
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
-  if (o.stacks) print_sites(o, kernels.sites());
+  if (o.sites.stacks) print_sites(o, kernels.sites());
   view.stats(kernels.stats(), o.common.verbose);
   if (gpu) report_gpu_losses(gpu->stats());
   return 0;
@@ -421,22 +409,11 @@ void register_kernels(CLI::App& app) {
   cmd->add_option("--cupti-lib", o->cupti_libs,
                   "Also probe this copy of libgpuscope-cupti.so (the one beside gpuscope is always probed)");
   add_number(cmd, "--top", o->top, "Show only the N busiest rows (default all)", "rows", 1, 1000000);
-  cmd->add_flag("--stacks", o->stacks,
-                "Record the user stack (native and CPython frames) of sampled launches; at the end, the launch "
-                "sites");
-  o->stack_flags = {
-      add_number(cmd, "--stack-every", o->stack_every,
-                 "With --stacks: sample every Nth launch per process, and each kernel's first (default 64; 1: every "
-                 "launch, exact counts)",
-                 "launches", 1, 1000000000),
-      cmd->add_option("--folded", o->folded,
-                      "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)"),
-      cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG"),
-      cmd->add_option("--site-skip", o->site_skip,
-                      "With --stacks: a launch site is the innermost frame whose file (Python) or library (native) "
-                      "this regular expression does not match (default: torch, site-packages, the standard library, "
-                      "the CUDA and framework libraries)")
-          ->type_name("REGEX")};
+  o->sites.add_to(cmd, "at the end, the launch sites");
+  o->sites.need_stacks.push_back(cmd->add_option(
+      "--folded", o->folded, "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)"));
+  o->sites.need_stacks.push_back(
+      cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG"));
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"

@@ -14,6 +14,7 @@
 #include "errors/errors_collector.h"
 #include "errors/errors_nvml.h"
 #include "errors/errors_json.h"
+#include "kernels/stack_flags.h"
 
 namespace gpuscope {
 
@@ -27,6 +28,7 @@ struct ErrorsOptions {
   std::string nvml;  // "": libnvidia-ml.so.1 where it loads
   bool from_start = false;
   double window_s = 5;
+  StackFlags sites;
 };
 
 std::string clock_cell(uint64_t realtime_ns) {
@@ -109,7 +111,11 @@ class ErrorsView {
       detail = "at " + r.api_name;
       if (!r.kernels_since.empty()) {
         detail += "; kernels since last sync:";
-        for (size_t i = 0; i < r.kernels_since.size(); i++) detail += (i ? ", " : " ") + r.kernels_since[i].kernel;
+        for (size_t i = 0; i < r.kernels_since.size(); i++) {
+          auto& k = r.kernels_since[i];
+          detail += (i ? ", " : " ") + k.kernel;
+          if (k.samples) detail += " (from " + k.site + ")";
+        }
         if (r.kernels_truncated) detail += ", …";
       }
     } else {
@@ -148,6 +154,7 @@ class ErrorsView {
 };
 
 int run_errors(const ErrorsOptions& o) {
+  o.sites.check();
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
   UprobeSession session(o.scope, o.common.verbose);
@@ -157,6 +164,9 @@ int run_errors(const ErrorsOptions& o) {
   cfg.kmsg_state = o.kmsg_state;
   cfg.from_start = o.from_start;
   cfg.window_s = o.window_s;
+  cfg.stacks = o.sites.stacks;
+  cfg.stack_every = o.sites.stack_every;
+  cfg.site_skip = o.sites.site_skip;
   ErrorsCollector errors(session, cfg);
   if (!errors.kmsg_error().empty())
     fprintf(stderr, "gpuscope: %s: no Xids from the kernel log; sticky CUDA errors are still watched\n",
@@ -179,8 +189,8 @@ int run_errors(const ErrorsOptions& o) {
   session.watch(loop, false);
   loop.after_wakeup([&] { view.print(errors.take_ready()); });
   auto st = session.stats();
-  fprintf(stderr, "gpuscope: watching %s sticky CUDA errors at %zu probes in %zu CUDA objects. Ctrl-C to end.\n",
-          errors.kmsg_error().empty() && !o.kmsg.empty() ? ("the kernel log " + o.kmsg + " and").c_str() : "",
+  fprintf(stderr, "gpuscope: watching %ssticky CUDA errors at %zu probes in %zu CUDA objects. Ctrl-C to end.\n",
+          errors.kmsg_error().empty() && !o.kmsg.empty() ? ("the kernel log " + o.kmsg + " and ").c_str() : "",
           st.probes, st.objects);
   view.header();
   loop.run();
@@ -213,10 +223,11 @@ void register_errors(CLI::App& app) {
              "Join a sticky error and an Xid of the same process this close (default 5); records wait this long "
              "for their partner",
              "seconds", 0, 3600);
+  o->sites.add_to(cmd, "each kernel of a sticky error then names the call site most of its launches came from");
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope errors                             # Xids and sticky CUDA errors, host-wide\n"
-      "  gpuscope errors --json -p 1234\n"
+      "  gpuscope errors --json -p 1234 --stacks     # and the call sites of the kernels before a sticky error\n"
       "  gpuscope errors --kmsg saved-dmesg.txt -d 1 # replay a saved log");
 }
 GPUSCOPE_COMMAND(register_errors, 65);

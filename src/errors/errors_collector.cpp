@@ -74,6 +74,9 @@ ErrorsCollector::ErrorsCollector(UprobeSession& session, Config cfg, KernelsColl
       KernelsCollector::Config kc;
       kc.scope = cfg_.scope;
       kc.track_last_launch = true;
+      kc.stacks = cfg_.stacks;
+      kc.stack_every = cfg_.stack_every;
+      kc.site_skip = cfg_.site_skip;
       own_kernels_ = std::make_unique<KernelsCollector>(session, kc);
       // Its exits wait for poll(): a process's rows must outlive the reading of its sticky error.
       own_kernels_->defer_exits(true);

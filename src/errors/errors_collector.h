@@ -136,6 +136,11 @@ class ErrorsCollector {
     double window_s = 5;      // a sticky error and an Xid of its process this close are joined
     size_t max_records = 4096;
     size_t max_kernels = 16;  // kernels_since kept per record
+    // The launch sites of its own kernels collector (KernelsCollector::Config's): each kernel of a
+    // record then names the stack most of its sampled launches came from.
+    bool stacks = false;
+    uint32_t stack_every = 64;
+    std::string site_skip;
   };
   static constexpr size_t kMaxCounts = 8192;
 

@@ -19,8 +19,15 @@ inline void put_gpu_error(JsonLine& j, const GpuError& r) {
         .str("code_name", r.code_name)
         .num("last_ok_sync_ns", r.last_ok_sync_ns);
     j.begin_array("kernels");
-    for (auto& k : r.kernels_since)
-      j.begin_object().str("kernel", k.kernel).str("module", k.module).num("launches", k.launches).end_object();
+    for (auto& k : r.kernels_since) {
+      j.begin_object().str("kernel", k.kernel).str("module", k.module).num("launches", k.launches);
+      if (k.samples) {
+        j.str("site", k.site).begin_array("stack");
+        for (auto& f : k.stack) j.str(f);
+        j.end_array().num("site_samples", k.site_samples).num("samples", k.samples);
+      }
+      j.end_object();
+    }
     j.end_array().boolean("kernels_truncated", r.kernels_truncated);
   } else {
     j.num("gpu", r.device.index).str("uuid", r.device.uuid).str("pci_bus_id", r.device.pci_bus_id);

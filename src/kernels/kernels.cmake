@@ -1,5 +1,5 @@
 gpuscope_bpf(kernels ${CMAKE_CURRENT_LIST_DIR}/kernels.bpf.c)
-add_library(gpuscope_kernels STATIC ${CMAKE_CURRENT_LIST_DIR}/kernels.cpp)
+add_library(gpuscope_kernels STATIC ${CMAKE_CURRENT_LIST_DIR}/kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/stack_flags.cpp)
 add_dependencies(gpuscope_kernels kernels_skel)
 target_link_libraries(gpuscope_kernels PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_kernels)

@@ -755,11 +755,31 @@ std::vector<LaunchedKernel> KernelsCollector::launched_since(uint32_t pid, uint6
   name_fresh(fresh);
   std::set<uint32_t> only{pid};
   retry_unknown(&only);
+  // Each row's most sampled stack (a sample key has no time: the process's whole run counts).
+  std::map<Key, std::pair<gs_k_sample_key, uint64_t>> top;
+  std::map<Key, uint64_t> sampled;
+  if (cfg_.stacks)
+    for_each_entry<gs_k_sample_key, uint64_t>(bpf_map__fd(skel_->maps.samples),
+                                              [&](const gs_k_sample_key& sk, uint64_t n) {
+                                                if (sk.pid != pid) return;
+                                                Key k{sk.pid, sk.layer, sk.handle};
+                                                sampled[k] += n;
+                                                auto [it, fresh_row] = top.try_emplace(k, sk, n);
+                                                if (!fresh_row && n > it->second.second) it->second = {sk, n};
+                                              });
   std::vector<LaunchedKernel> out;
   for (auto& [k, v] : rows) {
     auto it = resolved_.find(k);
     Name nm = it != resolved_.end() ? it->second : guessed_.count(k) ? guessed_[k] : Name{"[unknown ?]", "?"};
-    out.push_back({std::move(nm.kernel), std::move(nm.module), std::get<1>(k), v.count, v.last_launch_ns});
+    LaunchedKernel lk{std::move(nm.kernel), std::move(nm.module), std::get<1>(k), v.count, v.last_launch_ns};
+    if (auto t = top.find(k); t != top.end()) {
+      const Frames& f = frames_of(t->second.first);
+      lk.site = f.site;
+      lk.stack = f.stack;
+      lk.site_samples = t->second.second;
+      lk.samples = sampled[k];
+    }
+    out.push_back(std::move(lk));
   }
   return out;
 }

@@ -52,6 +52,10 @@ struct LaunchedKernel {
   uint32_t layer = 0;           // enum gs_k_layer
   uint64_t launches = 0;        // cumulative, since the row appeared
   uint64_t last_launch_ns = 0;  // CLOCK_MONOTONIC of its latest launch
+  // With Config::stacks: the stack most of its sampled launches came from (0 samples: none taken).
+  std::string site;
+  std::vector<std::string> stack;
+  uint64_t site_samples = 0, samples = 0;  // the launches sampled from that stack, and from all
 };
 
 // A launch site (--stacks): the launches of one kernel in one process from one user stack.

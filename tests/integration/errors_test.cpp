@@ -264,6 +264,42 @@ TEST(Errors, BadInputRefusedAndUnreadableKmsgSaidOnce) {
   EXPECT_EQ(err.find("cannot read"), err.rfind("cannot read")) << err;
 }
 
+// With --stacks every kernel of the record names the call site its sampled launches came from
+// (every launch sampled here): the stand-in app's scenario function, under main, above the
+// probed cuLaunchKernel. The site flags without --stacks, or a --site-skip that is no regular
+// expression, are usage errors.
+TEST(Errors, StickyErrorsKernelsNameTheirCallSites) {
+  auto r = expect_usage_error("errors", {"--stack-every", "2"});
+  EXPECT_NE(r.err.find("--stack-every needs --stacks"), std::string::npos) << r.err;
+  r = expect_usage_error("errors", {"--stacks", "--site-skip", "("});
+  EXPECT_NE(r.err.find("--site-skip ( is not a valid regular expression"), std::string::npos) << r.err;
+
+  Workload w("errs", "gss");
+  Errors g({"-c", w.comm(), "--kmsg", "", "--window", "0", "--stacks", "--stack-every", "1"});
+  uint64_t t0 = realtime_now();
+  StickyApp app(w, kLingerMs);
+  EXPECT_EQ(app.p.wait(30), 0) << app.p.err();
+  uint64_t t1 = realtime_now();
+  EXPECT_TRUE(g.wait_for("\"cuda_error\""));
+  auto e = of_type(g.stop(), "cuda_error");
+  ASSERT_EQ(e.size(), 1u);
+  json sited = e[0];
+  ASSERT_EQ(sited["kernels"].size(), 2u) << sited.dump();
+  const std::vector<std::string> stack{"cuLaunchKernel", "scenario_sticky(long)", "main"};
+  for (auto& k : sited["kernels"]) {
+    EXPECT_EQ(k["site"], "scenario_sticky(long)") << k.dump();
+    auto s = k["stack"].get<std::vector<std::string>>();
+    ASSERT_GE(s.size(), 3u) << k.dump();
+    EXPECT_EQ(std::vector<std::string>(s.begin(), s.begin() + 3), stack) << k.dump();
+    EXPECT_EQ(k["site_samples"], 1) << k.dump();
+    EXPECT_EQ(k["samples"], 1) << k.dump();
+  }
+  // Less the site fields, the record is the one without --stacks.
+  for (auto& k : sited["kernels"])
+    for (auto f : {"site", "stack", "site_samples", "samples"}) k.erase(f);
+  expect_sticky_line(sited, app, w, t0, t1);
+}
+
 // The real libcudart.so.13 without a GPU returns cudaErrorInsufficientDriver, which is not
 // sticky: no record for it, while the stand-in's sticky error in the same run is reported.
 TEST(Errors, InsufficientDriverIsNotSticky) {
