@@ -176,6 +176,14 @@ TEST(Schema, Kernels) {
   EXPECT_GT(mine, 0u) << r.out;
 }
 
+TEST(Schema, Copies) {
+  auto r = around("copies", {"--interval", "0.2"}, "gpuscope: counting copies", {"copies"});
+  size_t mine = 0;
+  auto types = check_lines(r.out, r.t0, r.t1, r.w, &mine);
+  EXPECT_EQ(types, (std::set<std::string>{"copy"})) << r.out;
+  EXPECT_GE(mine, 7u) << "at least the exited workload's final line of each of its 7 directions: " << r.out;
+}
+
 TEST(Schema, Memleak) {
   auto r = around("memleak", {"--interval", "0.2"}, "gpuscope: tracking GPU memory", {"leaks"});
   size_t mine = 0;
