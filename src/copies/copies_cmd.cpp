@@ -10,6 +10,7 @@
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/event_loop.h"
+#include "core/host_needs.h"
 #include "core/output.h"
 #include "core/system.h"
 #include "core/where.h"
@@ -116,5 +117,6 @@ void register_copies(CLI::App& app) {
       "  gpuscope copies -p 1234 --json -i 5");
 }
 GPUSCOPE_COMMAND(register_copies, 35);
+GPUSCOPE_NEEDS(copies, 35, {{"privileges"}, {"btf"}, {"uprobes"}, {"ringbuf"}}, {"tp_btf"});
 
 }  // namespace gpuscope
