@@ -818,7 +818,13 @@ void KernelsCollector::finish_exits() {
     for (uint32_t pid : pids) exit_sink_(pid, rows_of(by_pid[pid]));
   if (cfg_.stacks) {
     auto gone = sites_of(counts, &pids);
-    exited_sites_.insert(exited_sites_.end(), gone.begin(), gone.end());
+    if (exit_sites_sink_) {
+      std::map<uint32_t, std::vector<LaunchSite>> of;
+      for (auto& s : gone) of[s.pid].push_back(std::move(s));
+      for (auto& [pid, v] : of) exit_sites_sink_(pid, std::move(v));
+    } else {
+      exited_sites_.insert(exited_sites_.end(), gone.begin(), gone.end());
+    }
     std::vector<gs_k_sample_key> dead;
     for_each_entry<gs_k_sample_key, uint64_t>(bpf_map__fd(skel_->maps.samples),
                                               [&](const gs_k_sample_key& k, uint64_t) {

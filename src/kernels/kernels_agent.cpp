@@ -4,7 +4,9 @@
 
 #include "gputime/gputime_agent.h"
 #include "cmd/agent/registry.h"
+#include "core/cli.h"
 #include "core/event_loop.h"
+#include "core/flamegraph.h"
 #include "core/output.h"
 #include "core/uprobe_session.h"
 #include "kernels/kernels_collector.h"
@@ -19,8 +21,18 @@ using KernelKey = std::pair<std::string, std::string>;  // (kernel, module)
 struct KernelsOfProcess {
   std::map<KernelKey, uint64_t> kernels;  // launches, handles naming the same kernel summed
   uint64_t graph_launches = 0;
-  std::set<KernelKey> named;  // kernels with their own series (sticky, at most --max-kernels-per-process)
+  std::set<KernelKey> named;      // kernels with their own series (sticky, at most --max-kernels-per-process)
+  std::vector<LaunchSite> sites;  // with --launch-site-every: its launch sites (the latest refresh's)
 };
+
+// The sites shown per process in /api/processes.
+constexpr size_t kTopSites = 5;
+
+template <typename M>
+const typename M::mapped_type* find_in(const M& m, const typename M::key_type& k) {
+  auto it = m.find(k);
+  return it == m.end() ? nullptr : &it->second;
+}
 
 uint64_t launches(const KernelsOfProcess& p) {
   uint64_t n = 0;
@@ -34,13 +46,28 @@ class KernelsAgent final : public AgentCollector {
   std::string_view name() const override { return "kernels"; }
   bool uses_session() const override { return !rows_; }
 
+  void add_flags(CLI::App* cmd) override {
+    add_number(cmd, "--launch-site-every", site_every_,
+               "Take the user stack (native and CPython frames) of every Nth launch per process, and each "
+               "kernel's first: /api/kernels/folded and each process's top launch sites (default 1024; 0: off)",
+               "launches", 0, 1000000000);
+  }
+
   void load(AgentHost& host) override {
     host_ = &host;
     if (rows_) return;
     shared_rows_ = host.services.needed<KernelsCollector>();
-    collector_ = std::make_unique<KernelsCollector>(
-        *host.session, KernelsCollector::Config{host.options.scope, CountLayer::Auto, false, kMaxRows,
-                                                host.services.needed<LaunchTimingHost>(), shared_rows_});
+    KernelsCollector::Config kc{
+        host.options.scope, CountLayer::Auto, false, kMaxRows, host.services.needed<LaunchTimingHost>(), shared_rows_};
+    kc.stacks = site_every_ > 0;
+    kc.stack_every = site_every_;
+    collector_ = std::make_unique<KernelsCollector>(*host.session, kc);
+    if (kc.stacks)
+      collector_->on_exit_sites([this](uint32_t pid, std::vector<LaunchSite> sites) {
+        // Its rows went first (exited()): the entry they ended.
+        if (auto it = ended_.find(pid); it != ended_.end()) procs_[it->second].sites = std::move(sites);
+        ended_.erase(pid);
+      });
     // Another collector (errors) reads a process's rows when an event of it arrives: its exit waits
     // for the refresh, after every ring buffer of that wake-up was read.
     if (shared_rows_) collector_->defer_exits(true);
@@ -61,9 +88,14 @@ class KernelsAgent final : public AgentCollector {
   void take() override {
     std::map<uint32_t, std::vector<KernelRow>> by_pid;
     for (auto& r : rows_ ? rows_() : collector_->snapshot()) by_pid[r.pid].push_back(std::move(r));
+    ended_.clear();  // both exit sinks ran in one finish_exits()
+    std::map<uint32_t, std::vector<LaunchSite>> sites;
+    if (site_every_ && collector_)
+      for (auto& s : collector_->sites()) sites[s.pid].push_back(std::move(s));
     for (auto& [pid, rows] : by_pid) {
       ProcEntry& p = host_->procs.live(pid, rows.front().comm, rows.front().cgroup_id);
       set_rows(procs_[p.id], pid, rows);
+      procs_[p.id].sites = std::move(sites[pid]);
       p.seen = true;
     }
   }
@@ -107,9 +139,27 @@ class KernelsAgent final : public AgentCollector {
     const KernelsOfProcess* k = procs_.find(e.id);
     const KernelsOfProcess& p = k ? *k : none;
     j.num("kernel_launches", launches(p)).num("graph_launches", p.graph_launches).num("kernels", p.kernels.size());
+    if (!site_every_) return;
+    std::vector<const LaunchSite*> top;
+    for (auto& s : p.sites) top.push_back(&s);
+    std::sort(top.begin(), top.end(), [](auto* a, auto* b) { return a->launches > b->launches; });
+    if (top.size() > kTopSites) top.resize(kTopSites);
+    j.begin_array("launch_sites");
+    for (auto* s : top)
+      j.begin_object()
+          .str("site", s->site)
+          .str("kernel", s->kernel)
+          .num("launches", s->launches)
+          .num("samples", s->samples)
+          .boolean("estimated", s->estimated)
+          .end_object();
+    j.end_array();
   }
 
-  std::vector<std::string> paths() const override { return {"/api/kernels"}; }
+  std::vector<std::string> paths() const override {
+    if (!site_every_) return {"/api/kernels"};
+    return {"/api/kernels", "/api/kernels/folded", "/api/kernels/folded/gpu-time"};
+  }
 
   void endpoints(std::map<std::string, Endpoint>& out) override {
     fmt::memory_buffer b;
@@ -120,6 +170,14 @@ class KernelsAgent final : public AgentCollector {
         [&](const ProcEntry& e) { api_rows(j, e, procs_.find(e.id), gputime ? gputime->of(e.id) : nullptr); });
     j.end_array().end();
     out["/api/kernels"] = {std::string(b.data(), b.size())};
+    if (!site_every_) return;
+    Folded by_launches, by_gpu_ns;
+    host_->procs.each([&](const ProcEntry& e) {
+      const KernelsOfProcess* p = procs_.find(e.id);
+      if (p) fold_sites(*p, e, gputime ? gputime->of(e.id) : nullptr, by_launches, by_gpu_ns);
+    });
+    out["/api/kernels/folded"] = {folded_text(by_launches), "text/plain; charset=utf-8"};
+    out["/api/kernels/folded/gpu-time"] = {folded_text(by_gpu_ns), "text/plain; charset=utf-8"};
   }
 
   void lost(LostCounts& out) const override {
@@ -127,6 +185,10 @@ class KernelsAgent final : public AgentCollector {
     auto s = collector_->stats();
     out["row_map_full"] = s.rows_full;
     out["naming_events"] = s.lost;
+    if (site_every_) {
+      out["launch_stacks"] = s.stacks_lost;
+      out["launch_site_map_full"] = s.samples_full;
+    }
   }
 
   void defer_events(bool on) override {
@@ -157,6 +219,7 @@ class KernelsAgent final : public AgentCollector {
     ProcEntry* e = host_->procs.ended(pid, rows.empty() ? "" : rows.front().comm, !rows.empty(),
                                       rows.empty() ? 0 : rows.front().cgroup_id);
     if (e && !rows.empty()) set_rows(procs_[e->id], pid, rows);
+    if (e && site_every_) ended_[pid] = e->id;
   }
 
   void choose_named(KernelsOfProcess& p) const {
@@ -215,6 +278,27 @@ class KernelsAgent final : public AgentCollector {
       row("other", "", other, has_gpu_other ? &gpu_other : nullptr);
   }
 
+  // A process's sites as folded stacks, root first (its name, its frames, the kernel), weighted
+  // by launches and by GPU time: a kernel's GPU time split over its sites as its launches are.
+  static void fold_sites(const KernelsOfProcess& p, const ProcEntry& e, const GpuTimeOfProcess* g, Folded& launches,
+                         Folded& gpu_ns) {
+    std::map<std::string, uint64_t> of_kernel;  // its counted launches, over every module
+    for (auto& [key, n] : p.kernels) of_kernel[key.first] += n;
+    for (auto& s : p.sites) {
+      if (!s.launches) continue;
+      std::vector<std::string> f{e.comm};
+      f.insert(f.end(), s.stack.rbegin(), s.stack.rend());
+      f.push_back("[kernel] " + s.kernel);
+      std::string key = gpuscope::fold(f);
+      launches[key] += s.launches;
+      const auto* t = g ? find_in(g->kernels, s.kernel) : nullptr;
+      if (uint64_t all = of_kernel[s.kernel]; t && all)
+        gpu_ns[key] += static_cast<uint64_t>(static_cast<unsigned __int128>(t->total_ns) * s.launches / all);
+    }
+  }
+
+  uint32_t site_every_ = 1024;
+  std::map<uint32_t, uint64_t> ended_;  // pid -> the entry its rows' exit ended, for its sites' exit
   std::function<std::vector<KernelRow>()> rows_;
   AgentHost* host_ = nullptr;
   std::unique_ptr<KernelsCollector> collector_;

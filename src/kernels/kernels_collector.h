@@ -123,6 +123,10 @@ class KernelsCollector {
   bool exits_hooked() const { return hooks_.exits(); }
   const std::string& exit_hook_error() const { return hooks_.exit_error(); }
   void on_exit(ExitSink sink) { exit_sink_ = std::move(sink); }
+  // With Config::stacks: an exited process's launch sites go to `sink` (after its rows went to
+  // on_exit's) instead of being kept for sites(), which then returns the running ones only.
+  using ExitSitesSink = std::function<void(uint32_t pid, std::vector<LaunchSite> sites)>;
+  void on_exit_sites(ExitSitesSink sink) { exit_sites_sink_ = std::move(sink); }
   // After session.start(): reads the handle variables of the processes already running.
   void start(UprobeSession& session);
   // The naming and exit events.
@@ -235,6 +239,7 @@ class KernelsCollector {
   OwnHooks hooks_;
   std::unique_ptr<RingBuffer> rb_;
   ExitSink exit_sink_;
+  ExitSitesSink exit_sites_sink_;
   std::set<uint32_t> exits_;  // exited, not yet finished
   bool defer_exits_ = false;
   std::map<PH, Name> names_;          // handles named by the driver, __cudaGetKernel or handle variables

@@ -220,3 +220,57 @@ TEST(KernelsStacks, BadInput) {
   auto r = expect_usage_error("kernels", {"--svg", "/tmp/x.svg"});
   EXPECT_NE(r.err.find("--svg needs --stacks"), std::string::npos) << r.err;
 }
+
+// The agent's launch sites (--launch-site-every 1: every launch sampled): /api/kernels/folded
+// holds the exact split, root first, /api/processes the process's top sites, and both outlive
+// the process's exit; its GPU-time form is empty where no CUPTI library records. A negative
+// sampling is a usage error.
+TEST(KernelsStacks, AgentFoldedStacksAndTopSites) {
+  expect_usage_error("agent", {"--launch-site-every", "-1"});
+  Workload w("kas", "gka");
+  Agent a(w, {"-c", "standin_sites", "--collectors", "kernels", "--launch-site-every", "1"});
+  Process p({standin_sites(), "30", "10"});
+  pid_t pid = ready_pid(p);
+  sleep_s(1.0);  // its naming call was seen: its maps are read
+  p.signal(SIGUSR1);
+  ASSERT_TRUE(p.wait_for("launched", 60)) << p.err();
+  const std::string base = "standin_sites;libc.so.6+";
+  auto expect_folded = [&](const std::string& when) {
+    std::string folded;
+    for (int i = 0; i < 100 && folded.find(";site_b;") == std::string::npos; i++) {
+      folded = http_get(a.port(), "/api/kernels/folded").body;
+      sleep_s(0.1);
+    }
+    std::istringstream in(folded);
+    std::map<std::string, uint64_t> by_site;
+    size_t lines = 0;
+    for (std::string line; std::getline(in, line); lines++) {
+      EXPECT_TRUE(line.starts_with(base)) << when << ": " << line;
+      for (std::string s : {"site_a", "site_b"})
+        if (line.find(";main;" + s + ";cuLaunchKernel;[kernel] site_kern ") != std::string::npos)
+          by_site[s] += std::stoull(line.substr(line.rfind(' ')));
+    }
+    EXPECT_EQ(lines, 2u) << when << ": " << folded;
+    EXPECT_EQ(by_site, (std::map<std::string, uint64_t>{{"site_a", 30}, {"site_b", 10}})) << when << ": " << folded;
+  };
+  expect_folded("running");
+  json procs = a.api("/api/processes");
+  const json* me = nullptr;
+  for (auto& e : procs["processes"])
+    if (e["pid"] == pid) me = &e;
+  ASSERT_TRUE(me) << procs.dump();
+  json want = json::array(
+      {{{"site", "site_a"}, {"kernel", "site_kern"}, {"launches", 30}, {"samples", 30}, {"estimated", false}},
+       {{"site", "site_b"}, {"kernel", "site_kern"}, {"launches", 10}, {"samples", 10}, {"estimated", false}}});
+  EXPECT_EQ((*me)["launch_sites"], want) << me->dump();
+  p.signal(SIGUSR1);
+  EXPECT_EQ(p.wait(20), 0) << p.err();
+  sleep_s(1.0);  // its exit is read at a refresh
+  expect_folded("exited");
+  EXPECT_EQ(http_get(a.port(), "/api/kernels/folded/gpu-time").body, "");
+  std::string m = a.metrics();
+  EXPECT_EQ(value_of(m, "gpuscope_events_lost_total", {{"collector", "kernels"}, {"reason", "launch_stacks"}}), 0);
+  EXPECT_EQ(value_of(m, "gpuscope_events_lost_total", {{"collector", "kernels"}, {"reason", "launch_site_map_full"}}),
+            0);
+  EXPECT_EQ(a.stop(), 0);
+}
