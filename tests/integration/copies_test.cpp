@@ -46,10 +46,11 @@ void PrintTo(const Counts& c, std::ostream* os) {
 
 // standin_app's `copies` scenario: 3 cudaMemcpy H2D of 4096 B, 2 cudaMemcpyAsync D2H of 1000 B,
 // cudaMemcpy2D D2D of 64 B x 8 rows, cudaMemset of 100 B and cuMemsetD32 of 10 words,
-// cuMemcpy2D H2H of 16 B x 4 rows, cudaMemcpyPeer of 256 B, and a cudaMemcpy of an invalid kind
-// (fails; counted as default). Runtime copies reach the driver's: each counts once.
+// cuMemcpy2D H2H of 16 B x 4 rows, cudaMemcpyPeer of 256 B, cudaMemcpy3D D2H of 16 x 4 x 2,
+// cuMemcpy3D device to array of 8 x 2 x 2, and a cudaMemcpy of an invalid kind (fails; counted as
+// default). Runtime copies reach the driver's: each counts once.
 const std::map<std::string, Counts> kStandinCopies = {
-    {"H2D", {3, 12288, 0}}, {"D2H", {2, 2000, 0}},   {"D2D", {1, 512, 0}},   {"H2H", {1, 64, 0}},
+    {"H2D", {3, 12288, 0}}, {"D2H", {3, 2128, 0}},   {"D2D", {2, 544, 0}},   {"H2H", {1, 64, 0}},
     {"peer", {1, 256, 0}},  {"memset", {2, 140, 0}}, {"default", {0, 0, 1}},
 };
 
