@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
       {"floor", {}, ""},
       {"floor_twice", {}, ""},
       {"kernels", with({"--collectors", "kernels"}), ""},
-      // Launch sites off, and sampled 16 times as often as the default.
-      {"kernels_no_sites", with({"--collectors", "kernels", "--launch-site-every", "0"}), ""},
+      // Launch sites (off by default) at two samplings.
+      {"kernels_sites_1024", with({"--collectors", "kernels", "--launch-site-every", "1024"}), ""},
       {"kernels_sites_64", with({"--collectors", "kernels", "--launch-site-every", "64"}), ""},
       // The kernels collector as it was: naming calls at entry and return probes, repeats too.
       {"kernels_no_session", with({"--collectors", "kernels"}), "GPUSCOPE_UPROBE_SESSION=0"},
