@@ -8,6 +8,7 @@
 #include <driver_types.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <fstream>
@@ -105,6 +106,29 @@ TEST(Copies, StandinCopiesByDirectionExactly) {
   for (auto& l : lines)
     if (l["type"] == "copy" && l["pid"] == pid && l.value("exited", false)) exited++;
   EXPECT_EQ(exited, kStandinCopies.size());
+}
+
+// A process's rows go with its final lines: from gpuscope's maps too.
+TEST(Copies, ExitedProcessLeavesNoRowsBehind) {
+  Workload wl("copies-exit", "gscpexit");
+  std::vector<std::string> args{gpuscope_bin(), "copies", "--json", "-c", wl.comm(), "-i", "0.2"};
+  for (auto& l : standin_libs()) args.push_back(l);
+  Process g(args);
+  ASSERT_TRUE(g.wait_for("gpuscope: counting copies", 30, true)) << g.err();
+  Process w({wl.path(), "copies"});
+  pid_t pid = ready_pid(w);
+  // Until the snapshot that prints them, its rows stay in `counts` (one per direction and layer).
+  ASSERT_EQ(w.wait(30), 0) << w.err();
+  ASSERT_TRUE(g.wait_for("\"direction\":\"memset\",\"calls\":2,\"bytes\":140,\"failed\":0,\"exited\":true", 10))
+      << g.out();
+  auto maps = pids_in_maps(g.pid());
+  for (const char* m : {"counts", "copied"}) {
+    ASSERT_TRUE(maps.count(m)) << m << " is not among gpuscope's maps";
+    auto& pids = maps[m];
+    EXPECT_EQ(std::count(pids.begin(), pids.end(), static_cast<uint32_t>(pid)), 0) << m;
+  }
+  g.signal(SIGINT);
+  EXPECT_EQ(g.wait(30), 0) << g.err();
 }
 
 TEST(Copies, TableHasOneRowPerDirection) {
