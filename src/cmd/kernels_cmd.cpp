@@ -38,6 +38,7 @@ struct KernelsOptions {
   std::vector<std::string> cupti_libs;
   StackFlags sites;
   std::string folded, svg;
+  std::string weight = "launches";  // of --folded and --svg: launches or gpu-time
 };
 
 // The kernels view: rows of one kernel per process (handles that name the same kernel are
@@ -238,7 +239,25 @@ void KernelsView::print(const std::vector<KernelRow>& now, double secs, bool exi
 
 // The launch sites at the end of the run: the table (or JSON lines) of sites, the folded stacks,
 // the flame graph.
-void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) {
+// Each site's share of its kernel's GPU time (per process), as its share of the kernel's counted
+// launches; empty without the CUPTI library.
+std::vector<uint64_t> site_gpu_ns(const std::vector<LaunchSite>& sites, const GpuTimeCollector* gpu) {
+  if (!gpu) return {};
+  std::map<std::pair<uint32_t, std::string>, uint64_t> launches;
+  for (auto& s : sites) launches[{s.pid, s.kernel}] += s.launches;
+  std::vector<uint64_t> v;
+  for (auto& s : sites) {
+    auto t = gpu->kernel_times().find({s.pid, s.kernel});
+    uint64_t all = launches[{s.pid, s.kernel}];
+    v.push_back(t == gpu->kernel_times().end() || !all
+                    ? 0
+                    : static_cast<uint64_t>(static_cast<unsigned __int128>(t->second.total_ns) * s.launches / all));
+  }
+  return v;
+}
+
+void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites, const GpuTimeCollector* gpu) {
+  const std::vector<uint64_t> gpu_ns = site_gpu_ns(sites, gpu);
   WhereView where(o.scope);
   Writer out;
   timespec rt;
@@ -256,6 +275,7 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
       for (auto& f : s->stack) j.str(f);
       j.end_array().str("kernel", s->kernel).str("module", s->module);
       j.num("launches", s->launches).num("samples", s->samples).boolean("estimated", s->estimated);
+      if (!gpu_ns.empty()) j.num("gpu_ns", gpu_ns[s - sites.data()]);
       j.boolean("cut_short", s->cut_short).end();
     }
   } else {
@@ -298,16 +318,27 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites) 
             (unsigned long long)cut, (unsigned long long)all);
   if (o.folded.empty() && o.svg.empty()) return;
   // Root first: the process, its frames from the outermost in, the kernel.
+  const bool by_gpu = o.weight == "gpu-time";
   Folded folded;
-  for (auto& s : sites) {
-    if (!s.launches) continue;
+  for (size_t i = 0; i < sites.size(); i++) {
+    const LaunchSite& s = sites[i];
+    uint64_t w = by_gpu ? gpu_ns[i] : s.launches;
+    if (!w) continue;
     std::vector<std::string> f{s.comm};
     f.insert(f.end(), s.stack.rbegin(), s.stack.rend());
     f.push_back("[kernel] " + s.kernel);
-    folded[fold(f)] += s.launches;
+    folded[fold(f)] += w;
   }
+  if (by_gpu && folded.empty())
+    fprintf(stderr,
+            "gpuscope: no GPU time recorded for the sampled kernels (is the program run with libgpuscope-cupti.so, "
+            "`gpuscope run`?): the stacks weighed by GPU time are empty\n");
   if (!o.folded.empty()) write_file_atomic(o.folded, folded_text(folded));
-  if (!o.svg.empty()) write_file_atomic(o.svg, flamegraph_svg(folded, "gpuscope kernels: launch sites", "launches"));
+  if (!o.svg.empty())
+    write_file_atomic(
+        o.svg,
+        flamegraph_svg(folded, by_gpu ? "gpuscope kernels: launch sites by GPU time" : "gpuscope kernels: launch sites",
+                       by_gpu ? "ns" : "launches"));
 }
 
 // GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
@@ -337,6 +368,11 @@ void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollec
 
 int run_kernels(const KernelsOptions& o) {
   o.sites.check();
+  // Processes record GPU time through the library that gpuscope hands them (gpuscope run, or
+  // CUDA_INJECTION64_PATH): without one, every site would weigh nothing.
+  if (o.weight == "gpu-time" && o.cupti_libs.empty() && access(cupti_lib_beside_self().c_str(), R_OK) != 0)
+    throw UsageError(
+        "--weight gpu-time needs the CUPTI library (libgpuscope-cupti.so beside gpuscope, or --cupti-lib)");
   if (!o.folded.empty()) check_output_file("--folded", o.folded);
   if (!o.svg.empty()) check_output_file("--svg", o.svg);
   require_bpf_privileges();
@@ -356,6 +392,7 @@ int run_kernels(const KernelsOptions& o) {
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
   std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(session, o);
+  if (o.weight == "gpu-time" && !gpu) throw UsageError("--weight gpu-time: GPU time cannot be recorded here");
   KernelsView view(o, gpu.get());
   kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) {
     if (gpu) gpu->drain();  // the library's last flush came before the exit
@@ -389,7 +426,7 @@ int run_kernels(const KernelsOptions& o) {
   kernels.drain();
   view.interval(kernels.snapshot());
   say_notes();
-  if (o.sites.stacks) print_sites(o, kernels.sites());
+  if (o.sites.stacks) print_sites(o, kernels.sites(), gpu.get());
   view.stats(kernels.stats(), o.common.verbose);
   if (gpu) report_gpu_losses(gpu->stats());
   return 0;
@@ -414,6 +451,12 @@ void register_kernels(CLI::App& app) {
       "--folded", o->folded, "With --stacks: write folded stacks weighted by launches (flamegraph.pl input)"));
   o->sites.need_stacks.push_back(
       cmd->add_option("--svg", o->svg, "With --stacks: write the launch sites' flame graph as SVG"));
+  o->sites.need_stacks.push_back(
+      cmd->add_option("--weight", o->weight,
+                      "With --stacks: weigh --folded and --svg by launches (default) or gpu-time (each kernel's GPU "
+                      "time from the CUPTI library, split over its sites as its launches are)")
+          ->type_name("WEIGHT")
+          ->check(CLI::IsMember({"launches", "gpu-time"})));
   cmd->footer(
       "EXAMPLES:\n"
       "  gpuscope kernels                     # every process's launches, refreshed each second\n"

@@ -184,6 +184,52 @@ TEST(GpuTime, KernelsGpuColumns) {
   EXPECT_NE(g.err().find("3 (CUPTI had no buffer)"), std::string::npos) << g.err();
 }
 
+// Launch sites weighted by GPU time (--weight gpu-time): each site line has gpu_ns, the kernel's
+// GPU time split over its sites as its launches are (one site here: all of it), and the folded
+// file carries those nanoseconds. Without the CUPTI library (a gpuscope copied alone), a bad
+// weight, or the weight without --stacks: one line, exit 2.
+TEST(GpuTime, KernelsSitesWeighedByGpuTime) {
+  std::string folded = tmp_file("sites.folded"), lone = tmp_file("lone");
+  std::filesystem::create_directories(lone);
+  std::filesystem::copy_file(gpuscope_bin(), lone + "/gpuscope", std::filesystem::copy_options::overwrite_existing);
+  auto r = run({lone + "/gpuscope", "kernels", "--stacks", "--weight", "gpu-time", "-d", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err,
+            "gpuscope: --weight gpu-time needs the CUPTI library (libgpuscope-cupti.so beside gpuscope, or "
+            "--cupti-lib)\n");
+  std::filesystem::remove_all(lone);
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{"--stacks", "--weight", "bytes"}, {"--weight", "gpu-time"}}) {
+    bad.insert(bad.begin(), {gpuscope_bin(), "kernels"});
+    auto b = run(bad);
+    EXPECT_EQ(b.exit_code, 2) << b.err;
+    EXPECT_EQ(std::count(b.err.begin(), b.err.end(), '\n'), 1) << b.err;
+  }
+
+  Process w({GT_FEEDER, CUPTI_LIB});
+  pid_t pid = ready_pid(w);
+  Process g({gpuscope_bin(), "kernels", "--json", "--interval", "0.5", "-p", std::to_string(pid), "--stacks",
+             "--stack-every", "1", "--weight", "gpu-time", "--folded", folded});
+  ASSERT_TRUE(w.wait_for("fed", 30)) << w.out() << w.err() << g.err();
+  EXPECT_EQ(w.wait(20), 0) << w.err();
+  EXPECT_EQ(g.wait(30), 0) << g.err();
+  uint64_t launches = 0, gpu_ns = 0;
+  for (auto& l : parse_lines(g.out()))
+    if (l["type"] == "site" && l["pid"] == pid && l["kernel"] == "alpha_kernel(float*)") {
+      launches += l["launches"].get<uint64_t>();
+      gpu_ns += l["gpu_ns"].get<uint64_t>();
+    }
+  EXPECT_EQ(launches, kKernels) << g.out();
+  EXPECT_EQ(gpu_ns, kTotalNs) << g.out();
+  uint64_t folded_ns = 0;
+  std::istringstream in(slurp(folded));
+  for (std::string line; std::getline(in, line);)
+    if (line.find(";[kernel] alpha_kernel(float*) ") != std::string::npos)
+      folded_ns += std::stoull(line.substr(line.rfind(' ')));
+  EXPECT_EQ(folded_ns, kTotalNs) << slurp(folded);
+  unlink(folded.c_str());
+}
+
 // A process that loads the library after gpuscope started (as libcuda does at cuInit) is found
 // through its dlopen notice, told, and its records counted; -c scopes it, not -p.
 // The table: GPU columns appear once records flow, with the same figures.

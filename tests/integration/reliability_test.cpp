@@ -651,7 +651,8 @@ const std::set<std::string> kTextOptions = {
     "--folded",       "--svg",       "--nvml",       "--cupti-lib",      "--output",
     "--count-layer",  "--listen",    "--collectors", "--bridge-pin-dir", "--pods-dir",
     "--latency-apis", "--container", "--pod",        "--namespace",      "--runtime-root",
-    "--site-skip",    "--kmsg",      "--kmsg-state", "--communicator",   "--nccl-lib"};
+    "--site-skip",    "--kmsg",      "--kmsg-state", "--communicator",   "--nccl-lib",
+    "--weight"};
 
 }  // namespace
 
