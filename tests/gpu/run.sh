@@ -17,7 +17,7 @@ OUT=$(mkdir -p "${2:-/tmp/gpuscope-gpu}" && cd "${2:-/tmp/gpuscope-gpu}" && pwd)
 # run a few checks per call.
 declare -A LIMIT=([10_trace_pytorch]=210 [20_trace_known_launch]=90 [30_trace_overhead]=150
   [40_latency_malloc]=120 [80_kernels_pytorch]=300 [85_kernels_overhead]=560 [90_memleak]=240 [92_memleak_contexts]=200 [94_issue40_names_bridge]=240 [95_starvation_pytorch]=200 [96_pyframes_pytorch]=200 [50_ioctl_pytorch]=150 [60_uvm_unavailable]=60 [70_bridge_nvml]=150 [97_agent_pytorch]=420 [99_agent_inside]=240
-  [81_trace_names]=240 [82_gputime_duty]=420 [83_latency_probes]=560 [84_agent_cost_table]=580 [86_gputime_spin]=150 [87_gputime_pytorch]=240 [88_gputime_overhead]=540 [89_gputime_timeline]=200 [98_deploy_anomaly_gpu]=240 [79_graphics_survey]=150 [91_errors_xid]=120 [93_nccl_torch]=300)
+  [81_trace_names]=240 [82_gputime_duty]=420 [83_latency_probes]=560 [84_agent_cost_table]=580 [86_gputime_spin]=150 [87_gputime_pytorch]=240 [88_gputime_overhead]=540 [89_gputime_timeline]=200 [98_deploy_anomaly_gpu]=240 [79_graphics_survey]=150 [91_errors_xid]=120 [93_nccl_torch]=300 [100_copies_torch]=120)
 passed=0 failed=0 skipped=0
 {
   echo "date: $(date -Is)"
