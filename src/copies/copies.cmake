@@ -3,5 +3,5 @@ add_library(gpuscope_copies STATIC ${CMAKE_CURRENT_LIST_DIR}/copies_collector.cp
 add_dependencies(gpuscope_copies copies_skel)
 target_link_libraries(gpuscope_copies PUBLIC gpuscope_core)
 list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_copies)
-gpuscope_command(copies SOURCES ${CMAKE_CURRENT_LIST_DIR}/copies_cmd.cpp LIBS gpuscope_copies)
+gpuscope_command(copies SOURCES ${CMAKE_CURRENT_LIST_DIR}/copies_cmd.cpp LIBS gpuscope_copies gpuscope_gputime)
 gpuscope_agent_collector(copies SOURCES ${CMAKE_CURRENT_LIST_DIR}/copies_agent.cpp LIBS gpuscope_copies)

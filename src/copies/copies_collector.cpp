@@ -17,6 +17,24 @@ const char* copy_direction_name(unsigned dir) {
   return dir < GS_DIR_COUNT ? names[dir] : "?";
 }
 
+unsigned copy_direction_of_cupti(unsigned memcpy_kind) {
+  // CUPTI_ACTIVITY_MEMCPY_KIND_: 1 HTOD, 2 DTOH, 3 HTOA, 4 ATOH, 5 ATOA, 6 ATOD, 7 DTOA, 8 DTOD,
+  // 9 HTOH, 10 PTOP (cupti_activity.h).
+  switch (memcpy_kind) {
+    case 1:
+    case 3: return GS_DIR_H2D;
+    case 2:
+    case 4: return GS_DIR_D2H;
+    case 5:
+    case 6:
+    case 7:
+    case 8: return GS_DIR_D2D;
+    case 9: return GS_DIR_H2H;
+    case 10: return GS_DIR_PEER;
+  }
+  return GS_DIR_DEFAULT;
+}
+
 CopiesCollector::CopiesCollector(UprobeSession& session, Config cfg)
     : cfg_(std::move(cfg)), skel_(nullptr, copies_bpf__destroy) {
   bool multi = open_and_load_uprobes(skel_, copies_bpf__open, copies_bpf__load, [&](copies_bpf* skel) {

@@ -19,6 +19,9 @@ namespace gpuscope {
 
 // "H2D", "D2H", "D2D", "H2H", "peer", "default" (cudaMemcpyDefault, cuMemcpy), "memset".
 const char* copy_direction_name(unsigned dir);
+// The direction (enum gs_copy_dir) of a CUPTI memcpy record's CUpti_ActivityMemcpyKind: an array
+// is device memory; unknown kinds are GS_DIR_DEFAULT.
+unsigned copy_direction_of_cupti(unsigned memcpy_kind);
 
 // One process's copies of one direction, both layers summed; every count is cumulative since
 // the collector started.

@@ -15,6 +15,7 @@
 #include <map>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "copies/copies.h"
 #include "harness.h"
@@ -162,6 +163,29 @@ TEST(Copies, RealCudartWithoutGpuCountsFailedCopies) {
       got,
       (std::map<std::string, Counts>{
           {"H2H", {0, 0, 1}}, {"H2D", {0, 0, 1}}, {"D2H", {0, 0, 1}}, {"D2D", {0, 0, 1}}, {"default", {0, 0, 1}}}));
+}
+
+// What the CUPTI library timed: the feeder hands it an H2D copy of 4096 B in 20 us and a memset
+// of 512 B in 10 us, and makes no copy call itself. Each is a row of 0 calls with its GPU time and
+// achieved bandwidth (bytes per ns = GB/s), named after the process after it exited.
+TEST(Copies, GpuTimeAndBandwidthFromTheCuptiLibrary) {
+  pid_t pid;
+  auto lines =
+      parse_lines(copies_around({"--json", "-i", "0.2", "-c", "gputime_feeder"}, {GT_FEEDER, CUPTI_LIB}, &pid, false));
+  auto last = last_by_direction(lines, pid);
+  ASSERT_EQ(last.size(), 2u) << testing::PrintToString(lines);
+  for (auto [dir, bytes, ns, gbps] : {std::tuple<std::string, uint64_t, uint64_t, double>{"H2D", 4096, 20000, 0.205},
+                                      {"memset", 512, 10000, 0.051}}) {
+    const json& l = last[dir];
+    EXPECT_EQ(l["comm"], "gputime_feeder") << l.dump();
+    EXPECT_EQ(l["calls"], 0) << l.dump();
+    EXPECT_EQ(l["bytes"], 0) << l.dump();
+    EXPECT_EQ(l["failed"], 0) << l.dump();
+    EXPECT_EQ(l["gpu_copies"], 1) << l.dump();
+    EXPECT_EQ(l["gpu_bytes"], bytes) << l.dump();
+    EXPECT_EQ(l["gpu_ns"], ns) << l.dump();
+    EXPECT_DOUBLE_EQ(l["gbps"].get<double>(), gbps) << l.dump();
+  }
 }
 
 TEST(Copies, AgentSeriesByDirection) {
