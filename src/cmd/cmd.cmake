@@ -4,5 +4,6 @@
 gpuscope_command(cmd SOURCES ${CMAKE_CURRENT_LIST_DIR}/trace_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/kernels_cmd.cpp
   ${CMAKE_CURRENT_LIST_DIR}/timeline_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/run_cmd.cpp ${CMAKE_CURRENT_LIST_DIR}/frames_cmd.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memleak_cmd.cpp
-  LIBS gpuscope_trace gpuscope_kernels gpuscope_gputime gpuscope_bridge gpuscope_graphics gpuscope_memleak)
+  LIBS gpuscope_trace gpuscope_kernels gpuscope_gputime gpuscope_bridge gpuscope_graphics gpuscope_memleak
+  gpuscope_copies)
 include(${CMAKE_CURRENT_LIST_DIR}/agent/agent.cmake)

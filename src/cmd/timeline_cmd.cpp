@@ -6,11 +6,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <vector>
 
 #include "bridge/pin_dir.h"
 #include "bridge/reader.h"
+#include "copies/copies_collector.h"
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/cuda_api.h"
@@ -53,12 +57,18 @@ class CallRecorder {
  public:
   CallRecorder(TimelineInput& in, uint32_t max_calls) : in_(in), max_(max_calls) {}
   void operator()(const gs_call_event& e) {
-    if (e.phase != GS_PHASE_EXIT) return;
+    const gs_api_desc& d = api_desc(e.api);
+    if (e.phase != GS_PHASE_EXIT) {
+      if (d.roles & GS_ROLE_COPY) enter_copy(e, d);
+      return;
+    }
+    Copy copy;
+    if (d.roles & GS_ROLE_COPY) copy = exit_copy(e);
     if (in_.calls.size() >= max_) {
       over_++;
       return;
     }
-    in_.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer});
+    in_.calls.push_back({e.ts_boot_ns - e.dur_ns, e.dur_ns, e.pid, e.tid, e.ret, e.api, e.layer, copy.dir, copy.bytes});
     auto& tn = in_.threads[{e.pid, e.tid}];
     if (tn.empty()) tn.assign(e.thread, strnlen(e.thread, sizeof e.thread));
     if (!in_.comms.count(e.pid)) in_.comms[e.pid] = std::string(e.comm, strnlen(e.comm, sizeof e.comm));
@@ -66,9 +76,41 @@ class CallRecorder {
   uint64_t over() const { return over_; }
 
  private:
+  // A copy's direction and bytes come with its entry event; its span is made at its exit. A
+  // runtime copy's driver copy runs inside it: a stack per thread.
+  struct Copy {
+    uint16_t api = 0;
+    const char* dir = nullptr;
+    uint64_t bytes = 0;
+  };
+  void enter_copy(const gs_call_event& e, const gs_api_desc& d) {
+    int dir = d.copy_dir               ? d.copy_dir - 1
+              : (e.fields & GS_F_KIND) ? static_cast<int>(std::min<uint32_t>(e.args.kind, GS_DIR_DEFAULT))
+              : d.kind_fixed           ? d.kind_fixed - 1
+                                       : -1;  // cudaMemcpyKind and enum gs_copy_dir number H2H..default alike
+    uint64_t bytes = (e.fields & GS_F_SIZE) ? e.args.size_bytes * (d.elem_bytes ? d.elem_bytes : 1) : 0;
+    if (pending_.size() > kMaxThreads) pending_.clear();  // threads that ended inside a copy
+    auto& v = pending_[e.tid];
+    if (v.size() < 8) v.push_back({e.api, dir >= 0 ? copy_direction_name(static_cast<unsigned>(dir)) : nullptr, bytes});
+  }
+  Copy exit_copy(const gs_call_event& e) {
+    auto it = pending_.find(e.tid);
+    if (it == pending_.end()) return {};
+    Copy c;
+    while (!it->second.empty()) {
+      c = it->second.back();
+      it->second.pop_back();
+      if (c.api == e.api) break;
+      c = {};
+    }
+    if (it->second.empty()) pending_.erase(it);
+    return c;
+  }
+  static constexpr size_t kMaxThreads = 65536;
   TimelineInput& in_;
   uint32_t max_;
   uint64_t over_ = 0;
+  std::map<uint32_t, std::vector<Copy>> pending_;  // tid -> its copies entered, innermost last
 };
 
 // Graphics calls on their threads and the frames they make, up to --max-calls calls.

@@ -151,8 +151,8 @@ ThreadSlices write_calls(TraceWriter& w, const TimelineInput& in, TimelineStats&
   ThreadSlices by_thread;
   for (auto& c : in.calls) {
     uint64_t start = c.start_ns;
-    w.event()
-        .str("ph", "X")
+    JsonLine j = w.event();
+    j.str("ph", "X")
         .str("cat", "cuda_api")
         .str("name", api_symbol(c.api))
         .num("pid", c.pid)
@@ -161,9 +161,9 @@ ThreadSlices write_calls(TraceWriter& w, const TimelineInput& in, TimelineStats&
         .real("dur", c.dur_ns / 1e3, 3)
         .begin_object("args")
         .str("layer", layer_name(c.layer))
-        .num("ret", c.ret)
-        .end_object()
-        .end();
+        .num("ret", c.ret);
+    if (c.copy) j.str("direction", c.copy).num("bytes", c.copy_bytes);
+    j.end_object().end();
     by_thread[{c.pid, c.tid}].push_back({start, start + c.dur_ns});
     st.cpu_spans++;
   }

@@ -29,6 +29,10 @@ struct CallSpan {
   int32_t ret = 0;
   uint16_t api = 0;
   uint8_t layer = 0;
+  // A copy or memset: its direction ("H2D", …, "memset"; null for other calls) and the bytes
+  // it was asked to move or set.
+  const char* copy = nullptr;
+  uint64_t copy_bytes = 0;
 };
 
 // One graphics call (the graphics collector's), and one frame: a span of a process (CLOCK_BOOTTIME)

@@ -918,6 +918,38 @@ json timeline_of(const std::string& comm, const std::vector<std::string>& extra,
 
 }  // namespace
 
+// Copy and memset spans carry their direction and bytes (the entry's arguments, on the span made
+// at the exit): the stand-in app's copies scenario through the traced rows, the runtime's copies
+// with their kind, the driver's copy inside each with the direction its name or pointers give.
+TEST(GpuTime, TimelineCopySpansCarryDirectionAndBytes) {
+  Workload w("tlcopy", "gsc");
+  const std::string lib = standin_lib_dir();
+  pid_t pid = 0;
+  json summary;
+  json doc = timeline_of(
+      w.comm(), {"--lib", lib + "/libcuda.so.1", "--lib", lib + "/libcudart.so.13"},
+      [&] {
+        Process app({w.path(), "copies"});
+        pid = ready_pid(app);
+        EXPECT_EQ(app.wait(30), 0) << app.err();
+      },
+      &summary);
+  std::map<std::tuple<std::string, std::string, uint64_t, int>, int> spans;  // (name, direction, bytes, ret)
+  for (auto& e : events_of(doc, "cuda_api", pid))
+    if (e["args"].contains("direction"))
+      spans[{e["name"], e["args"]["direction"], e["args"]["bytes"], e["args"]["ret"]}]++;
+    else
+      EXPECT_FALSE(e["args"].contains("bytes")) << e.dump();
+  using K = std::tuple<std::string, std::string, uint64_t, int>;
+  EXPECT_EQ(spans, (std::map<K, int>{{K{"cudaMemcpy", "H2D", 4096, 0}, 3},
+                                     {K{"cuMemcpyHtoD_v2", "H2D", 4096, 0}, 3},
+                                     {K{"cudaMemcpyAsync", "D2H", 1000, 0}, 2},
+                                     {K{"cuMemcpyAsync", "default", 1000, 0}, 2},
+                                     {K{"cudaMemset", "memset", 100, 0}, 1},
+                                     {K{"cudaMemcpy", "default", 4096, 21}, 1}}))
+      << testing::PrintToString(spans);
+}
+
 // The stand-in driver's sticky error after named kernels, and a kernel-log Xid naming its pid: an
 // instant on the failing thread, an instant on the process's track, joined both ways (issue 44).
 TEST(GpuTime, TimelineMarksStickyErrorAndXid) {
