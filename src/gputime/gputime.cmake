@@ -9,9 +9,8 @@ target_compile_options(gpuscope_cupti PRIVATE -O2 -fno-ipa-icf)
 target_link_libraries(gpuscope_cupti PRIVATE ${CMAKE_DL_LIBS} pthread)
 target_link_options(gpuscope_cupti PRIVATE -Wl,-z,defs)
 
-gpuscope_bpf(gputime ${CMAKE_CURRENT_LIST_DIR}/gputime.bpf.c)
-add_library(gpuscope_gputime STATIC ${CMAKE_CURRENT_LIST_DIR}/gputime.cpp ${CMAKE_CURRENT_LIST_DIR}/timeline.cpp)
-add_dependencies(gpuscope_gputime gputime_skel gpuscope_cupti)
-target_link_libraries(gpuscope_gputime PUBLIC gpuscope_core)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_gputime)
+gpuscope_capability(gputime BPF ${CMAKE_CURRENT_LIST_DIR}/gputime.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/gputime.cpp ${CMAKE_CURRENT_LIST_DIR}/timeline.cpp
+  LIBS gpuscope_core)
+add_dependencies(gpuscope_gputime gpuscope_cupti)
 gpuscope_agent_collector(gputime SOURCES ${CMAKE_CURRENT_LIST_DIR}/gputime_agent.cpp LIBS gpuscope_gputime)

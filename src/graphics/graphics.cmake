@@ -1,6 +1,4 @@
-gpuscope_bpf(graphics ${CMAKE_CURRENT_LIST_DIR}/graphics.bpf.c)
-add_library(gpuscope_graphics STATIC ${CMAKE_CURRENT_LIST_DIR}/graphics.cpp ${CMAKE_CURRENT_LIST_DIR}/frames.cpp)
-add_dependencies(gpuscope_graphics graphics_skel)
-target_link_libraries(gpuscope_graphics PUBLIC gpuscope_core)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_graphics)
+gpuscope_capability(graphics BPF ${CMAKE_CURRENT_LIST_DIR}/graphics.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/graphics.cpp ${CMAKE_CURRENT_LIST_DIR}/frames.cpp
+  LIBS gpuscope_core)
 gpuscope_agent_collector(graphics SOURCES ${CMAKE_CURRENT_LIST_DIR}/graphics_agent.cpp LIBS gpuscope_graphics)

@@ -1,7 +1,5 @@
-gpuscope_bpf(latency ${CMAKE_CURRENT_LIST_DIR}/latency.bpf.c)
-add_library(gpuscope_latency STATIC ${CMAKE_CURRENT_LIST_DIR}/latency.cpp)
+gpuscope_capability(latency BPF ${CMAKE_CURRENT_LIST_DIR}/latency.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/latency.cpp
+  LIBS gpuscope_trace)
 gpuscope_command(latency SOURCES ${CMAKE_CURRENT_LIST_DIR}/latency_cmd.cpp LIBS gpuscope_latency)
-add_dependencies(gpuscope_latency latency_skel)
-target_link_libraries(gpuscope_latency PUBLIC gpuscope_trace)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_latency)
 gpuscope_agent_collector(latency SOURCES ${CMAKE_CURRENT_LIST_DIR}/latency_agent.cpp LIBS gpuscope_latency)

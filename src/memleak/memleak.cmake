@@ -1,6 +1,4 @@
-gpuscope_bpf(memleak ${CMAKE_CURRENT_LIST_DIR}/memleak.bpf.c)
-add_library(gpuscope_memleak STATIC ${CMAKE_CURRENT_LIST_DIR}/memleak.cpp)
-add_dependencies(gpuscope_memleak memleak_skel)
-target_link_libraries(gpuscope_memleak PUBLIC gpuscope_trace)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_memleak)
+gpuscope_capability(memleak BPF ${CMAKE_CURRENT_LIST_DIR}/memleak.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/memleak.cpp
+  LIBS gpuscope_trace)
 gpuscope_agent_collector(memleak SOURCES ${CMAKE_CURRENT_LIST_DIR}/memleak_agent.cpp LIBS gpuscope_memleak)

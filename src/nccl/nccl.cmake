@@ -1,8 +1,6 @@
-gpuscope_bpf(nccl ${CMAKE_CURRENT_LIST_DIR}/nccl.bpf.c)
-add_library(gpuscope_nccl STATIC ${CMAKE_CURRENT_LIST_DIR}/nccl_collector.cpp)
+gpuscope_capability(nccl BPF ${CMAKE_CURRENT_LIST_DIR}/nccl.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_collector.cpp
+  LIBS gpuscope_core)
 gpuscope_command(nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_cmd.cpp LIBS gpuscope_nccl)
-add_dependencies(gpuscope_nccl nccl_skel)
-target_link_libraries(gpuscope_nccl PUBLIC gpuscope_core)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_nccl)
 gpuscope_agent_collector(nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_agent.cpp LIBS gpuscope_nccl)
 gpuscope_timeline_source(nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_timeline.cpp LIBS gpuscope_nccl)

@@ -1,6 +1,4 @@
-gpuscope_bpf(uvm ${CMAKE_CURRENT_LIST_DIR}/uvm.bpf.c)
-add_library(gpuscope_uvm STATIC ${CMAKE_CURRENT_LIST_DIR}/uvm_collector.cpp)
+gpuscope_capability(uvm BPF ${CMAKE_CURRENT_LIST_DIR}/uvm.bpf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/uvm_collector.cpp
+  LIBS gpuscope_core)
 gpuscope_command(uvm SOURCES ${CMAKE_CURRENT_LIST_DIR}/uvm_cmd.cpp LIBS gpuscope_uvm)
-add_dependencies(gpuscope_uvm uvm_skel)
-target_link_libraries(gpuscope_uvm PUBLIC gpuscope_core)
-list(APPEND GPUSCOPE_COMMAND_LIBS gpuscope_uvm)
