@@ -15,6 +15,8 @@
 #ifndef GPUSCOPE_BRIDGE_PINS_BPF_H
 #define GPUSCOPE_BRIDGE_PINS_BPF_H
 
+#include "common/maps.bpf.h"
+
 #define gpu_meta ours_gpu_meta
 #define gpu_device_metrics ours_gpu_device_metrics
 #define gpu_pid ours_gpu_pid
@@ -142,36 +144,16 @@ GPU_BRIDGE_AG(gpu_device_primary, gpu_device_primary);
 GPU_BRIDGE_AG(device_count, device_count);
 GPU_BRIDGE_AG(pad, _pad);
 
-/* GPU_PIN_META: the freshness signal and the clock offset. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32); /* always 0 */
-	__type(value, struct gpu_meta);
-} gpu_meta SEC(".maps");
+/* GPU_PIN_META: the freshness signal and the clock offset (key: always 0). */
+GS_ARRAY(gpu_meta, 1, __u32, struct gpu_meta);
 
-/* GPU_PIN_DEVICE */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, GPU_MAX_DEVICES);
-	__type(key, __u32); /* device index */
-	__type(value, struct gpu_device_metrics);
-} gpu_device SEC(".maps");
+/* GPU_PIN_DEVICE, by device index */
+GS_ARRAY(gpu_device, GPU_MAX_DEVICES, __u32, struct gpu_device_metrics);
 
-/* GPU_PIN_PER_PID */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GPU_BRIDGE_MAX_PIDS);
-	__type(key, __u32); /* host pid */
-	__type(value, struct gpu_pid_metrics_aggregated);
-} gpu_per_pid SEC(".maps");
+/* GPU_PIN_PER_PID, by host pid */
+GS_LRU_HASH(gpu_per_pid, GPU_BRIDGE_MAX_PIDS, __u32, struct gpu_pid_metrics_aggregated);
 
-/* GPU_PIN_PER_PID_PER_DEVICE */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GPU_BRIDGE_MAX_PID_DEVICES);
-	__type(key, __u64); /* (pid << 32) | device */
-	__type(value, struct gpu_pid_metrics);
-} gpu_per_pid_per_device SEC(".maps");
+/* GPU_PIN_PER_PID_PER_DEVICE, by (pid << 32) | device */
+GS_LRU_HASH(gpu_per_pid_per_device, GPU_BRIDGE_MAX_PID_DEVICES, __u64, struct gpu_pid_metrics);
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* The map shapes that every capability declares: a ring buffer, one value per CPU, and per-CPU
- * counters (drop counters among them). Maps with more to say (hashes and their sizes, flags and
- * keys) are declared in full where they are used.
+ * counters (drop counters among them), hashes, arrays and stack maps. The map names stay the
+ * callers' (skeletons and userspace find them by name).
  *
  *   GS_RINGBUF(map, bytes)               a ring buffer of `bytes` (a power of 2, a page at least)
  *   GS_PERCPU_VALUE(map, type)           one `type` per CPU: scratch too large for the BPF stack,
@@ -13,6 +13,8 @@
  *   gs_counter_add(&map, slot, n)        adds n
  *   GS_DROP_COUNTERS(map, reasons)       events and updates that could not be delivered, per
  *                                        reason: the counters and count_drop(reason)
+ *   GS_HASH(map, entries, key, value)    a hash map; GS_LRU_HASH and GS_ARRAY alike
+ *   GS_STACK_TRACE(map, entries, depth)  stack ids to `depth` return addresses
  *   GS_MAP_DEF(map, type, entries, flags, key, value)  the definition they share
  *
  * Per-CPU counters need no atomics; userspace sums the CPUs' slots (percpu_sum) and reports them.
@@ -36,6 +38,21 @@
 		__uint(map_flags, flags);                                                          \
 		__type(key, key_type);                                                             \
 		__type(value, value_type);                                                         \
+	} map SEC(".maps")
+
+#define GS_HASH(map, entries, key_type, value_type)                                                \
+	GS_MAP_DEF(map, BPF_MAP_TYPE_HASH, entries, 0, key_type, value_type)
+#define GS_LRU_HASH(map, entries, key_type, value_type)                                            \
+	GS_MAP_DEF(map, BPF_MAP_TYPE_LRU_HASH, entries, 0, key_type, value_type)
+#define GS_ARRAY(map, entries, key_type, value_type)                                               \
+	GS_MAP_DEF(map, BPF_MAP_TYPE_ARRAY, entries, 0, key_type, value_type)
+
+#define GS_STACK_TRACE(map, entries, depth)                                                        \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_STACK_TRACE);                                            \
+		__uint(max_entries, entries);                                                      \
+		__uint(key_size, sizeof(__u32));                                                   \
+		__uint(value_size, (depth) * sizeof(__u64));                                       \
 	} map SEC(".maps")
 
 #define GS_PERCPU_VALUE(map, value_type)                                                           \

@@ -6,16 +6,13 @@
 #ifndef GPUSCOPE_SCOPE_FILTER_BPF_H
 #define GPUSCOPE_SCOPE_FILTER_BPF_H
 
+#include "common/maps.bpf.h"
+
 const volatile bool filter_comm = false;
 const volatile char target_comm[GS_COMM_LEN] = {};
 const volatile bool filter_cgroup = false;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_MAX_SCOPE_CGROUPS);
-	__type(key, __u64);
-	__type(value, __u8);
-} scope_cgroups SEC(".maps");
+GS_HASH(scope_cgroups, GS_MAX_SCOPE_CGROUPS, __u64, __u8);
 
 static __always_inline bool comm_matches(void)
 {

@@ -15,19 +15,9 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ERR_MAX_PROCS);
-	__type(key, __u32);
-	__type(value, struct gs_err_proc);
-} err_procs SEC(".maps");
+GS_HASH(err_procs, GS_ERR_MAX_PROCS, __u32, struct gs_err_proc);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ERR_MAX_COUNTS);
-	__type(key, struct gs_err_count_key);
-	__type(value, __u64);
-} err_counts SEC(".maps");
+GS_HASH(err_counts, GS_ERR_MAX_COUNTS, struct gs_err_count_key, __u64);
 
 GS_RINGBUF(err_events, 1 << 16);
 

@@ -30,47 +30,19 @@ struct inflight_call {
 	__u64 name_cap; /* and the name buffer's size it gave */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32); /* tid */
-	__type(value, struct inflight_call);
-} inflight SEC(".maps");
+/* key: tid */
+GS_HASH(inflight, 8192, __u32, struct inflight_call);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct gs_ioctl_key);
-	__type(value, struct gs_ioctl_val);
-} ioctls SEC(".maps");
+GS_HASH(ioctls, 16384, struct gs_ioctl_key, struct gs_ioctl_val);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct gs_mmap_key);
-	__type(value, struct gs_mmap_val);
-} mmaps SEC(".maps");
+GS_HASH(mmaps, 4096, struct gs_mmap_key, struct gs_mmap_val);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct gs_open_key);
-	__type(value, struct gs_open_val);
-} opens SEC(".maps");
+GS_HASH(opens, 4096, struct gs_open_key, struct gs_open_val);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u8);
-} pids SEC(".maps");
+GS_HASH(pids, 1024, __u32, __u8);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, __u32); /* rdev */
-	__type(value, struct gs_drm_driver);
-} drm_drivers SEC(".maps");
+/* key: rdev */
+GS_HASH(drm_drivers, 256, __u32, struct gs_drm_driver);
 
 GS_RINGBUF(events, 1 << 20);
 

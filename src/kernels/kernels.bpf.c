@@ -34,35 +34,15 @@ struct thread_state {
 
 GS_THREAD_STORAGE(threads, struct thread_state);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_K_MAX_ROWS);
-	__type(key, struct gs_k_key);
-	__type(value, struct gs_k_val);
-} counts SEC(".maps");
+GS_HASH(counts, GS_K_MAX_ROWS, struct gs_k_key, struct gs_k_val);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct gs_k_alias_key);
-	__type(value, __u64);
-} aliases SEC(".maps");
+GS_LRU_HASH(aliases, 16384, struct gs_k_alias_key, __u64);
 
 /* Naming calls announced, with the handle each returned; one evicted is only announced again. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct gs_k_named_key);
-	__type(value, __u64);
-} announced SEC(".maps");
+GS_LRU_HASH(announced, 4096, struct gs_k_named_key, __u64);
 
 /* Processes with rows: only their exits are reported. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, __u8);
-} launched SEC(".maps");
+GS_HASH(launched, 8192, __u32, __u8);
 
 /* Streams under capture, taken at the begin call's entry: launches read their stream only
  * while one is (gs_capture_any). */
@@ -96,26 +76,11 @@ const volatile bool py_walk = false;
 const volatile __u32 stack_every = 64;
 
 /* Per process: launches counted since its first one, the sampling stride's clock. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, __u64);
-} stack_ticks SEC(".maps");
+GS_HASH(stack_ticks, 8192, __u32, __u64);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, GS_K_MAX_STACKS);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, GS_K_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
+GS_STACK_TRACE(stacks, GS_K_MAX_STACKS, GS_K_STACK_DEPTH);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_K_MAX_SAMPLES);
-	__type(key, struct gs_k_sample_key);
-	__type(value, __u64);
-} samples SEC(".maps");
+GS_HASH(samples, GS_K_MAX_SAMPLES, struct gs_k_sample_key, __u64);
 
 /* A counted launch of row k; `first`: the row was created by it, so a kernel launched once is
  * still seen at its site. BPF cannot tell a stack new without taking it, so that is the rule: the

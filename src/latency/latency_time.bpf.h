@@ -25,34 +25,19 @@ GS_THREAD_STORAGE(lat_calls, struct lat_call_state[GS_LAYER_COUNT]);
 
 /* Not preallocated: a 528-byte value per CPU per entry would cost hundreds of MB up front
  * on a large host; entries are made once per (API, process) and then only updated. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 2048);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct gs_lat_key);
-	__type(value, struct gs_lat_stats);
-} lat_stats SEC(".maps");
+GS_MAP_DEF(lat_stats, BPF_MAP_TYPE_PERCPU_HASH, 2048, BPF_F_NO_PREALLOC, struct gs_lat_key,
+           struct gs_lat_stats);
 
 /* Zeroed template for a new stats entry: too large for the BPF stack. */
 GS_PERCPU_VALUE(lat_zero_stats, struct gs_lat_stats);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct gs_lat_ret_key);
-	__type(value, __u64);
-} lat_rets SEC(".maps");
+GS_MAP_DEF(lat_rets, BPF_MAP_TYPE_PERCPU_HASH, 4096, 0, struct gs_lat_ret_key, __u64);
 
 GS_PERCPU_COUNTERS(lat_drops, GS_LAT_DROP_COUNT, lat_count_drop)
 
 /* Per row: every entry the probe took, and why it was not timed. What a probe costs but
  * never reports shows here (gpuscope latency -v, the agent's gpuscope_api_probe_hits_total). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_API_COUNT);
-	__type(key, __u32);
-	__type(value, struct gs_lat_site);
-} lat_sites SEC(".maps");
+GS_MAP_DEF(lat_sites, BPF_MAP_TYPE_PERCPU_ARRAY, GS_API_COUNT, 0, __u32, struct gs_lat_site);
 
 extern bool bpf_session_is_return(void) __ksym __weak;
 

@@ -58,49 +58,19 @@ struct thread_state {
 
 GS_THREAD_STORAGE(ml_threads, struct thread_state);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ML_MAX_ALLOCS);
-	__type(key, struct gs_ml_key);
-	__type(value, struct gs_ml_alloc);
-} ml_allocs SEC(".maps");
+GS_HASH(ml_allocs, GS_ML_MAX_ALLOCS, struct gs_ml_key, struct gs_ml_alloc);
 
 /* Sized to GS_ML_MAX_ALLOCS by userspace with --stacks. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1);
-	__type(key, struct gs_ml_key);
-	__type(value, struct gs_ml_stack);
-} ml_stacks SEC(".maps");
+GS_MAP_DEF(ml_stacks, BPF_MAP_TYPE_HASH, 1, BPF_F_NO_PREALLOC, struct gs_ml_key,
+           struct gs_ml_stack);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ML_MAX_PROCS);
-	__type(key, __u32);
-	__type(value, struct gs_ml_proc);
-} ml_procs SEC(".maps");
+GS_HASH(ml_procs, GS_ML_MAX_PROCS, __u32, struct gs_ml_proc);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GS_ML_MAX_FREED);
-	__type(key, struct gs_ml_key);
-	__type(value, struct gs_ml_freed);
-} ml_freed SEC(".maps");
+GS_LRU_HASH(ml_freed, GS_ML_MAX_FREED, struct gs_ml_key, struct gs_ml_freed);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ML_MAX_ERRORS);
-	__type(key, struct gs_ml_err_key);
-	__type(value, struct gs_ml_err_val);
-} ml_errors SEC(".maps");
+GS_HASH(ml_errors, GS_ML_MAX_ERRORS, struct gs_ml_err_key, struct gs_ml_err_val);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_ML_MAX_CTXS);
-	__type(key, struct gs_ml_ctx_key);
-	__type(value, struct gs_ml_ctx);
-} ml_ctxs SEC(".maps");
+GS_HASH(ml_ctxs, GS_ML_MAX_CTXS, struct gs_ml_ctx_key, struct gs_ml_ctx);
 
 GS_RINGBUF(ml_events, 1 << 18);
 

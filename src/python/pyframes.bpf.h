@@ -10,27 +10,12 @@
 #include "common/maps.bpf.h"
 #include "python/pyframes.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_PY_MAX_PROCS);
-	__type(key, __u32);
-	__type(value, struct gs_py_proc);
-} gs_py_procs SEC(".maps");
+GS_HASH(gs_py_procs, GS_PY_MAX_PROCS, __u32, struct gs_py_proc);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, GS_PY_MAX_TSTATES);
-	__type(key, __u32);
-	__type(value, struct gs_py_tstate);
-} gs_py_tstates SEC(".maps");
+GS_LRU_HASH(gs_py_tstates, GS_PY_MAX_TSTATES, __u32, struct gs_py_tstate);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, GS_PY_MAX_STACKS);
-	__type(key, struct gs_py_stack_key);
-	__type(value, struct gs_py_stack);
-} gs_py_stacks SEC(".maps");
+GS_MAP_DEF(gs_py_stacks, BPF_MAP_TYPE_HASH, GS_PY_MAX_STACKS, BPF_F_NO_PREALLOC,
+           struct gs_py_stack_key, struct gs_py_stack);
 
 GS_RINGBUF(gs_py_events, 1 << 16);
 GS_PERCPU_COUNTERS(gs_py_counters, GS_PY_CNT_COUNT, gs_py_count)

@@ -39,26 +39,11 @@ __u32 slices_on = 1;
 /* Our own state. */
 GS_PERCPU_VALUE(cpu_state, struct gs_s_cpu);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_S_MAX_THREADS);
-	__type(key, __u32);
-	__type(value, struct gs_s_thread);
-} threads SEC(".maps");
+GS_HASH(threads, GS_S_MAX_THREADS, __u32, struct gs_s_thread);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GS_S_MAX_SAMPLE_KEYS);
-	__type(key, struct gs_s_sample_key);
-	__type(value, __u64);
-} samples SEC(".maps");
+GS_HASH(samples, GS_S_MAX_SAMPLE_KEYS, struct gs_s_sample_key, __u64);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, GS_S_MAX_STACKS);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, GS_S_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
+GS_STACK_TRACE(stacks, GS_S_MAX_STACKS, GS_S_STACK_DEPTH);
 
 GS_PERCPU_COUNTERS(counters, GS_S_CNT_COUNT, count)
 

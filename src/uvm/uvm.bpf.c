@@ -12,12 +12,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 GS_PERCPU_COUNTERS(counters, GS_UVM_COUNTERS, bump)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u64); /* thrashing address */
-	__type(value, struct gs_uvm_thrash_val);
-} thrashing SEC(".maps");
+/* key: thrashing address */
+GS_LRU_HASH(thrashing, 8192, __u64, struct gs_uvm_thrash_val);
 
 static __always_inline void thrash(__u64 address)
 {
