@@ -85,6 +85,12 @@ static __always_inline void submit(struct gs_call_event *e)
 }
 
 #define ARG(slot) gs_arg_at(&regs, (slot)-1)
+/* gs_enter's copy of an argument that its API row (d) names into the event's args (a). */
+#define GS_TAKE_ARG(member, slot)                                                                  \
+	do {                                                                                       \
+		if (d->slot)                                                                       \
+			a->member = ARG(d->slot);                                                  \
+	} while (0)
 
 SEC("uprobe")
 int gs_enter(struct pt_regs *ctx)
@@ -130,32 +136,20 @@ int gs_enter(struct pt_regs *ctx)
 	/* Which members apply follows from the API row, so userspace derives it: setting
 	 * flag bits here would give the verifier one state per combination. */
 	a = &e->args;
-	if (d->size)
-		a->size_bytes = ARG(d->size);
-	if (d->ptr)
-		a->ptr = ARG(d->ptr);
-	if (d->dst)
-		a->dst = ARG(d->dst);
-	if (d->src)
-		a->src = ARG(d->src);
-	if (d->kind)
-		a->kind = ARG(d->kind);
+	GS_TAKE_ARG(size_bytes, size);
+	GS_TAKE_ARG(ptr, ptr);
+	GS_TAKE_ARG(dst, dst);
+	GS_TAKE_ARG(src, src);
+	GS_TAKE_ARG(kind, kind);
 	if (d->kind_fixed)
 		a->kind = d->kind_fixed - 1;
-	if (d->stream)
-		a->stream = ARG(d->stream);
-	if (d->event)
-		a->event = ARG(d->event);
-	if (d->graph)
-		a->graph = ARG(d->graph);
-	if (d->handle)
-		a->handle = ARG(d->handle);
-	if (d->device)
-		a->device = ARG(d->device);
-	if (d->func)
-		a->func = ARG(d->func);
-	if (d->ctx)
-		a->ctx = ARG(d->ctx);
+	GS_TAKE_ARG(stream, stream);
+	GS_TAKE_ARG(event, event);
+	GS_TAKE_ARG(graph, graph);
+	GS_TAKE_ARG(handle, handle);
+	GS_TAKE_ARG(device, device);
+	GS_TAKE_ARG(func, func);
+	GS_TAKE_ARG(ctx, ctx);
 	if (d->special >= GS_SP_RT_LAUNCH && d->special <= GS_SP_CU_LAUNCH_EX) {
 		gs_launch_decode(&regs, d->special, e);
 		if (gs_is_captured(e->pid, a->stream))
