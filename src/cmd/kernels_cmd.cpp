@@ -341,21 +341,6 @@ void print_sites(const KernelsOptions& o, const std::vector<LaunchSite>& sites, 
                        by_gpu ? "ns" : "launches"));
 }
 
-// GPU time, where processes run libgpuscope-cupti.so; kernels works the same without it.
-std::unique_ptr<GpuTimeCollector> gpu_time_collector(UprobeSession& session, const KernelsOptions& o) {
-  try {
-    GpuTimeCollector::Config c{o.cupti_libs};
-    // 6 full hand-offs of 2048 records, drained as they come; the 8 MiB default is the
-    // timeline's (every API record too) and would be 16 MiB resident beside each process traced.
-    c.ring_bytes = 1u << 20;
-    return std::make_unique<GpuTimeCollector>(session, c);
-  } catch (const UsageError& e) {
-    if (!o.cupti_libs.empty()) throw;
-    if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
-  }
-  return nullptr;
-}
-
 // Each detach waits for an RCU grace period: the GPU-time probes and the exit hook go while
 // the session's do.
 void detach_all(UprobeSession& session, KernelsCollector& kernels, GpuTimeCollector* gpu) {
@@ -391,7 +376,7 @@ int run_kernels(const KernelsOptions& o) {
   };
   if (!kernels.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", kernels.exit_hook_error().c_str());
-  std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(session, o);
+  std::unique_ptr<GpuTimeCollector> gpu = optional_gpu_time(session, o.cupti_libs, o.common.verbose);
   if (o.weight == "gpu-time" && !gpu) throw UsageError("--weight gpu-time: GPU time cannot be recorded here");
   KernelsView view(o, gpu.get());
   kernels.on_exit([&](uint32_t, const std::vector<KernelRow>& rows) {

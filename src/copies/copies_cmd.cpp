@@ -122,19 +122,6 @@ class CopiesView {
   Writer out_;
 };
 
-// GPU time, where processes run libgpuscope-cupti.so; copies works the same without it.
-std::unique_ptr<GpuTimeCollector> gpu_time_collector(UprobeSession& session, const CopiesOptions& o) {
-  try {
-    GpuTimeCollector::Config c{o.cupti_libs};
-    c.ring_bytes = 1u << 20;  // as kernels': drained as records come
-    return std::make_unique<GpuTimeCollector>(session, c);
-  } catch (const UsageError& e) {
-    if (!o.cupti_libs.empty()) throw;
-    if (o.common.verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
-  }
-  return nullptr;
-}
-
 int run_copies(const CopiesOptions& o) {
   require_bpf_privileges();
   set_libbpf_verbose(o.common.verbose);
@@ -143,7 +130,7 @@ int run_copies(const CopiesOptions& o) {
   if (!copies.exits_hooked())
     fprintf(stderr, "gpuscope: no tp_btf (%s): exited processes keep their rows\n", copies.exit_hook_error().c_str());
   CopiesView view(o);
-  std::unique_ptr<GpuTimeCollector> gpu = gpu_time_collector(session, o);
+  std::unique_ptr<GpuTimeCollector> gpu = optional_gpu_time(session, o.cupti_libs, o.common.verbose);
   GpuCopyMap gpu_copies;
   if (gpu)
     gpu->on_record([&](const GpuRecord& g) {

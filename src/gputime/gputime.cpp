@@ -38,6 +38,21 @@ std::string cupti_lib_beside_self() {
   return self.substr(0, self.rfind('/') + 1) + kCuptiLibName;
 }
 
+std::unique_ptr<GpuTimeCollector> optional_gpu_time(UprobeSession& session, const std::vector<std::string>& libs,
+                                                    bool verbose) {
+  try {
+    GpuTimeCollector::Config c{libs};
+    // 6 full hand-offs of 2048 records, drained as they come; the 8 MiB default is the
+    // timeline's (every API record too) and would be 16 MiB resident beside each process traced.
+    c.ring_bytes = 1u << 20;
+    return std::make_unique<GpuTimeCollector>(session, c);
+  } catch (const UsageError& e) {
+    if (!libs.empty()) throw;
+    if (verbose) fprintf(stderr, "gpuscope: no GPU time: %s\n", e.what());
+  }
+  return nullptr;
+}
+
 const char* gpu_kind_name(unsigned kind) {
   switch (kind) {
     case GS_GT_KERNEL: return "kernel";

@@ -26,6 +26,13 @@ namespace gpuscope {
 inline constexpr const char* kCuptiLibName = "libgpuscope-cupti.so";
 std::string cupti_lib_beside_self();
 
+class GpuTimeCollector;
+// The GPU-time collector of a subcommand that works the same without it (kernels, copies): its
+// records drained as they come through a 1 MiB ring. Null when it cannot load (said with
+// `verbose`); a named --cupti-lib that cannot be probed is a UsageError.
+std::unique_ptr<GpuTimeCollector> optional_gpu_time(UprobeSession& session, const std::vector<std::string>& libs,
+                                                    bool verbose);
+
 // GPU time of one kernel name in one process. le_log2_us[k] counts durations in
 // (2^(k-1), 2^k] microseconds (k = 0: up to 1 µs; the last also takes longer ones): upper
 // bounds inclusive, as a Prometheus histogram's `le`, so an agent exports it as it is.
